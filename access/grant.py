@@ -1,0 +1,28 @@
+"""What a caller may see: the result of checking its token."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Grant:
+    """The subject behind a token and the access tags it grants.
+
+    ``subject`` is ``None`` for anonymous callers (no token, or an opaque token the
+    host does not know); their ``access_tags`` are empty, so they see public bits only.
+    """
+
+    subject: str | None
+    access_tags: frozenset[str]
+
+    def may_see(self, access_tag: str | None) -> bool:
+        """True if a bit carrying ``access_tag`` may be shown (untagged bits are public)."""
+        return access_tag is None or access_tag in self.access_tags
+
+    @property
+    def is_anonymous(self) -> bool:
+        return self.subject is None
+
+
+ANONYMOUS = Grant(subject=None, access_tags=frozenset())
