@@ -1,0 +1,1 @@
+"""polymath-host: serve Polymath libraries over HTTP."""

@@ -1,0 +1,195 @@
+"""Which library files a folder holds, and the loaded set of them grouped by embedding model."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from host.library_format import LibraryFormatError
+from host.store import DEFAULT_MAX_SOURCE_BYTES, CompiledLibrary, load_library
+
+log = logging.getLogger("polymath_host.catalog")
+COMPILED_FOLDER = ".compiled"
+
+
+@dataclass(frozen=True)
+class LibraryFile:
+    path: Path
+    name: str  # relative path without ".json", with "/" separators: the URL name
+    access_tag: str | None
+
+
+def access_tag_for(relative: Path) -> str | None:
+    """`access/<tag>/...` (the folder after the first `access` folder) tags every bit."""
+    parts = relative.parts[:-1]
+    if "access" in parts:
+        position = parts.index("access")
+        if position + 1 < len(parts):
+            return parts[position + 1]
+    return None
+
+
+def is_library_file(relative: Path) -> bool:
+    """JSON files, but never `.SECRET.` ones nor anything in hidden folders (the cache)."""
+    return (
+        relative.suffix == ".json"
+        and ".SECRET." not in relative.name
+        and not any(part.startswith(".") for part in relative.parts)
+    )
+
+
+def discover(root: Path) -> list[LibraryFile]:
+    """Library files under `root` (or `root` itself if it is a file), in a stable order."""
+    if root.is_file():
+        return [LibraryFile(root, root.stem, None)]
+    found = []
+    for path in sorted(root.rglob("*.json")):
+        relative = path.relative_to(root)
+        if is_library_file(relative):
+            found.append(LibraryFile(path, relative.with_suffix("").as_posix(), access_tag_for(relative)))
+    return found
+
+
+def default_cache_dir(root: Path) -> Path:
+    return (root.parent if root.is_file() else root) / COMPILED_FOLDER
+
+
+@dataclass
+class ModelIndex:
+    """Every library of one embedding model, addressed by one global row number."""
+
+    model: str
+    dimension: int
+    libraries: tuple[CompiledLibrary, ...]
+    offsets: np.ndarray  # row where each library starts, plus the total
+    token_counts: np.ndarray
+    tag_ids: np.ndarray  # into `tags`; 0 is public
+    tags: tuple[str, ...]
+    first_copy: np.ndarray | None  # bool per row, None when there are no duplicates
+    _masks: dict[frozenset[str], np.ndarray | None] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def build(cls, libraries: tuple[CompiledLibrary, ...]) -> ModelIndex:
+        tags: list[str] = [""]
+        tag_ids = []
+        for library in libraries:
+            mapping = np.array([_intern(tags, tag) for tag in library.tags], dtype=np.uint16)
+            tag_ids.append(mapping[library.tag_ids])
+        offsets = np.zeros(len(libraries) + 1, dtype=np.int64)
+        np.cumsum([library.bit_count for library in libraries], out=offsets[1:])
+        ids = np.concatenate([library.ids for library in libraries])
+        first_copy = None
+        _, first_rows = np.unique(ids, return_index=True)
+        if len(first_rows) < len(ids):
+            first_copy = np.zeros(len(ids), dtype=bool)
+            first_copy[first_rows] = True
+        return cls(
+            model=libraries[0].embedding_model,
+            dimension=libraries[0].dimension,
+            libraries=libraries,
+            offsets=offsets,
+            token_counts=np.concatenate([library.token_counts for library in libraries]).astype(np.int64),
+            tag_ids=np.concatenate(tag_ids),
+            tags=tuple(tags),
+            first_copy=first_copy,
+        )
+
+    @property
+    def bit_count(self) -> int:
+        return int(self.offsets[-1])
+
+    def locate(self, row: int) -> tuple[CompiledLibrary, int]:
+        position = int(np.searchsorted(self.offsets, row, side="right")) - 1
+        return self.libraries[position], row - int(self.offsets[position])
+
+    def visible_rows(self, granted: frozenset[str]) -> np.ndarray | None:
+        """Bool mask of rows a caller holding `granted` tags may see; None means every row."""
+        key = frozenset(tag for tag in granted if tag in self.tags)
+        with self._lock:
+            if key not in self._masks:
+                self._masks[key] = self._mask_for(key)
+            return self._masks[key]
+
+    def _mask_for(self, granted: frozenset[str]) -> np.ndarray | None:
+        allowed = [0, *(self.tags.index(tag) for tag in granted)]
+        if len(allowed) == len(self.tags) and self.first_copy is None:
+            return None
+        mask = np.isin(self.tag_ids, allowed)
+        if self.first_copy is not None:
+            mask &= self.first_copy
+        return mask
+
+
+def _intern(tags: list[str], tag: str) -> int:
+    if tag not in tags:
+        tags.append(tag)
+    return tags.index(tag)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """An immutable generation of loaded libraries; a reload builds a new one and swaps it in."""
+
+    generation: int
+    libraries: tuple[CompiledLibrary, ...]
+    models: dict[str, ModelIndex]
+    problems: tuple[str, ...] = ()
+
+    def library(self, name: str) -> CompiledLibrary | None:
+        return next((library for library in self.libraries if library.name == name), None)
+
+
+def load_catalog(
+    root: Path,
+    *,
+    cache_dir: Path | None = None,
+    generation: int = 1,
+    max_bytes: int = DEFAULT_MAX_SOURCE_BYTES,
+    progress: Callable[[str], None] | None = None,
+) -> Catalog:
+    """Load every library under `root`, compiling what changed.
+
+    A bad file is reported in `problems` (one line each, naming the file) and skipped: one
+    publisher's broken file must not take the others offline.
+    """
+    cache_dir = cache_dir or default_cache_dir(root)
+    loaded: list[CompiledLibrary] = []
+    problems: list[str] = []
+    for entry in discover(root):
+        try:
+            library, compiled = load_library(
+                entry.path,
+                cache_dir / entry.name,
+                name=entry.name,
+                access_tag=entry.access_tag,
+                max_bytes=max_bytes,
+            )
+        except (LibraryFormatError, OSError) as problem:
+            problems.append(f"{entry.path}: {problem}")
+            continue
+        if progress:
+            verb = "compiled" if compiled else "opened"
+            progress(f"{verb} {entry.name}: {library.bit_count} bits, {library.embedding_model}")
+        loaded.append(library)
+    return Catalog(generation, tuple(loaded), group_by_model(loaded), tuple(problems))
+
+
+def group_by_model(libraries: Iterable[CompiledLibrary]) -> dict[str, ModelIndex]:
+    groups: dict[str, list[CompiledLibrary]] = {}
+    for library in libraries:
+        if library.bit_count:
+            groups.setdefault(library.embedding_model, []).append(library)
+    indexes = {}
+    for model, members in groups.items():
+        dimensions = {library.dimension for library in members}
+        if len(dimensions) > 1:
+            log.error("model %s has libraries of dimensions %s; using the first", model, sorted(dimensions))
+            members = [library for library in members if library.dimension == members[0].dimension]
+        indexes[model] = ModelIndex.build(tuple(members))
+    return indexes

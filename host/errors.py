@@ -1,0 +1,17 @@
+"""The one error type the HTTP edge turns into `{"error": "..."}` with a status."""
+
+from __future__ import annotations
+
+
+class HTTPError(Exception):
+    """A request we refuse: `message` is one sentence safe to show to any client."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+def bad_request(message: str) -> HTTPError:
+    return HTTPError(400, message)

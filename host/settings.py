@@ -1,0 +1,37 @@
+"""Everything `serve` can be told, with the defaults a first run needs."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from host.store import DEFAULT_MAX_SOURCE_BYTES
+
+ENVIRONMENT_VARIABLE = "POLYMATH_HOST_SETTINGS"  # how `serve --workers N` hands settings to workers
+
+
+@dataclass(frozen=True)
+class Settings:
+    libraries: Path = Path("libraries")
+    access: Path | None = None  # access.SECRET.json; None serves public bits only
+    cache_dir: Path | None = None  # default: <libraries>/.compiled
+    max_body_bytes: int = 1 << 20
+    max_count: int = 100_000
+    max_form_fields: int = 32
+    query_cache_entries: int = 2048
+    max_library_bytes: int = DEFAULT_MAX_SOURCE_BYTES
+
+    @property
+    def max_embedding_bytes(self) -> int:
+        return self.max_body_bytes
+
+    def to_environment(self) -> str:
+        return json.dumps({key: str(value) if isinstance(value, Path) else value for key, value in asdict(self).items()})
+
+    @classmethod
+    def from_environment(cls) -> Settings:
+        raw = json.loads(os.environ.get(ENVIRONMENT_VARIABLE, "{}"))
+        paths = {field.name for field in fields(cls) if "Path" in str(field.type)}
+        return cls(**{key: Path(value) if key in paths and value is not None else value for key, value in raw.items()})

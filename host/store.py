@@ -1,0 +1,282 @@
+"""The compiled form of a library: memory-mapped numpy arrays and msgpack records.
+
+A library file is parsed once and written to its own folder in the cache:
+
+    embeddings.npy      (bits, dimension) float32, C-contiguous: opened with mmap, so the pages
+                        are shared by every worker and only read when a query touches them
+    token_counts.npy    (bits,) int32
+    tag_ids.npy         (bits,) uint16, an index into meta["tags"] (0 means public)
+    ids.npy             (bits,) S32, raw SHA-256 canonical ids
+    records.bin         one msgpack map per bit ({"text", "info"}), back to back
+    record_offsets.npy  (bits + 1,) int64, where each record starts and ends
+    meta.json           written last: the source's cache key and the shapes above
+
+The folder is built under a temporary name and renamed into place, so a reader never sees a
+half-written one; a folder whose files disagree with meta.json is rebuilt, not trusted.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from host.library_format import LibraryFormatError, ParsedLibrary, parse_library
+
+STORE_FORMAT = 1
+PUBLIC = ""  # tag id 0: visible to everyone
+DEFAULT_MAX_SOURCE_BYTES = 8 << 30
+log = logging.getLogger("polymath_host.store")
+
+
+@dataclass(frozen=True)
+class SourceKey:
+    """What identifies a library file's contents without parsing it."""
+
+    size: int
+    mtime_ns: int
+    sha256: str
+
+    def matches_stat(self, stat: os.stat_result) -> bool:
+        return self.size == stat.st_size and self.mtime_ns == stat.st_mtime_ns
+
+
+@dataclass(frozen=True)
+class CompiledLibrary:
+    """One library as read-only arrays. Cheap to open: nothing is parsed or copied."""
+
+    name: str
+    source: Path
+    embedding_model: str
+    embeddings: np.ndarray
+    token_counts: np.ndarray
+    tag_ids: np.ndarray
+    tags: tuple[str, ...]
+    ids: np.ndarray
+    records: np.ndarray  # uint8 memory map of records.bin
+    record_offsets: np.ndarray
+    details: dict[str, Any]
+    source_key: SourceKey
+
+    @property
+    def bit_count(self) -> int:
+        return int(self.embeddings.shape[0])
+
+    @property
+    def dimension(self) -> int:
+        return int(self.embeddings.shape[1])
+
+    def record(self, row: int) -> dict[str, Any]:
+        start, end = self.record_offsets[row], self.record_offsets[row + 1]
+        return msgpack.unpackb(self.records[start:end])
+
+    def bit_id(self, row: int) -> str:
+        # numpy's S32 drops trailing zero bytes on read; pad them back.
+        return bytes(self.ids[row]).ljust(32, b"\0").hex()
+
+    def visible_rows(self, granted: frozenset[str]) -> np.ndarray:
+        allowed = [tag_id for tag_id, tag in enumerate(self.tags) if tag_id == 0 or tag in granted]
+        return np.isin(self.tag_ids, allowed)
+
+    def visible_bit_count(self, granted: frozenset[str]) -> int:
+        return int(np.count_nonzero(self.visible_rows(granted)))
+
+
+class StoreError(Exception):
+    """A compiled folder that cannot be used (missing, stale or corrupt)."""
+
+
+def read_library_file(path: Path, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> Any:
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise LibraryFormatError(
+            f"file is {size:,} bytes, over the {max_bytes:,}-byte limit (raise --max-library-bytes)"
+        )
+    with path.open("rb") as handle:
+        raw = handle.read()
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as problem:
+        raise LibraryFormatError(f"not valid JSON: {problem}") from None
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_compiled(library: ParsedLibrary, folder: Path, source_key: SourceKey, name: str) -> None:
+    """Write `library` to `folder` atomically: build beside it, then rename into place."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        tags = (PUBLIC, *sorted({tag for tag in library.access_tags if tag}))
+        tag_index = {tag: index for index, tag in enumerate(tags)}
+        packed = [msgpack.packb(record) for record in library.records]
+        offsets = np.zeros(len(packed) + 1, dtype=np.int64)
+        np.cumsum([len(item) for item in packed], out=offsets[1:])
+        arrays = {
+            "embeddings": library.embeddings,
+            "token_counts": library.token_counts.astype(np.int32),
+            "tag_ids": np.array([tag_index[tag or PUBLIC] for tag in library.access_tags], np.uint16),
+            "ids": np.array([bytes.fromhex(bit_id) for bit_id in library.ids], dtype="S32"),
+            "record_offsets": offsets,
+        }
+        for array_name, array in arrays.items():
+            _write_synced(building / f"{array_name}.npy", lambda handle, a=array: np.save(handle, a))
+        _write_synced(building / "records.bin", lambda handle: handle.writelines(packed))
+        meta = {
+            "store_format": STORE_FORMAT,
+            "name": name,
+            "source": source_key.__dict__,
+            "embedding_model": library.embedding_model,
+            "bits": len(library.ids),
+            "dimension": library.dimension,
+            "tags": list(tags),
+            "details": library.details,
+            "records_bytes": int(offsets[-1]),
+        }
+        _write_synced(building / "meta.json", lambda handle: handle.write(json.dumps(meta).encode()))
+        _replace_folder(building, folder)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
+
+
+def _write_synced(path: Path, write: Any) -> None:
+    with path.open("wb") as handle:
+        write(handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _replace_folder(new: Path, target: Path) -> None:
+    # Readers hold open memory maps, which survive the old files being unlinked.
+    retired = None
+    if target.exists():
+        retired = target.with_name(f".{target.name}.retired-{os.getpid()}-{os.urandom(4).hex()}")
+        target.rename(retired)
+    new.rename(target)
+    if retired is not None:
+        shutil.rmtree(retired, ignore_errors=True)
+
+
+def open_compiled(folder: Path, source: Path) -> CompiledLibrary:
+    """Open a compiled folder, checking every file against meta.json; raises StoreError."""
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+        if meta.get("store_format") != STORE_FORMAT:
+            raise StoreError(f"{folder}: store format {meta.get('store_format')!r} is not {STORE_FORMAT}")
+        bits, dimension = meta["bits"], meta["dimension"]
+
+        def array(name: str, dtype: str, shape: tuple[int, ...], mmap: bool = True) -> np.ndarray:
+            loaded = np.load(folder / f"{name}.npy", mmap_mode="r" if mmap else None, allow_pickle=False)
+            if loaded.dtype != np.dtype(dtype) or loaded.shape != shape:
+                raise StoreError(f"{folder}/{name}.npy: expected {dtype} {shape}, found {loaded.dtype} {loaded.shape}")
+            return loaded
+
+        # np.asarray drops the memmap subclass (whose operators are slower) but keeps the mapping.
+        embeddings = np.asarray(array("embeddings", "<f4", (bits, dimension)))
+        offsets = array("record_offsets", "<i8", (bits + 1,), mmap=False)
+        records_path = folder / "records.bin"
+        if records_path.stat().st_size != meta["records_bytes"] or offsets[-1] != meta["records_bytes"]:
+            raise StoreError(f"{records_path}: size does not match meta.json")
+        records = (
+            np.memmap(records_path, dtype=np.uint8, mode="r")
+            if meta["records_bytes"]
+            else np.zeros(0, dtype=np.uint8)
+        )
+        tag_ids = array("tag_ids", "<u2", (bits,), mmap=False)
+        if bits and int(tag_ids.max()) >= len(meta["tags"]):
+            raise StoreError(f"{folder}/tag_ids.npy: tag id out of range")
+        return CompiledLibrary(
+            name=meta["name"],
+            source=source,
+            embedding_model=meta["embedding_model"],
+            embeddings=embeddings,
+            token_counts=array("token_counts", "<i4", (bits,), mmap=False),
+            tag_ids=tag_ids,
+            tags=tuple(meta["tags"]),
+            ids=array("ids", "|S32", (bits,), mmap=False),
+            records=records,
+            record_offsets=offsets,
+            details=meta["details"],
+            source_key=SourceKey(**meta["source"]),
+        )
+    except StoreError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as problem:
+        raise StoreError(f"{folder}: unreadable compiled library ({problem})") from None
+
+
+@contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Serialise compilation of one library across processes (workers start together)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "wb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def load_library(
+    source: Path,
+    folder: Path,
+    *,
+    name: str,
+    access_tag: str | None = None,
+    max_bytes: int = DEFAULT_MAX_SOURCE_BYTES,
+) -> tuple[CompiledLibrary, bool]:
+    """The compiled library for `source`, compiling it first if needed.
+
+    Returns (library, compiled_now). An unchanged source (same size and mtime) is opened
+    without reading it; a touched but identical one (same SHA-256) is not recompiled either.
+    Raises LibraryFormatError (with no file name: the caller adds it) or OSError.
+    """
+    with _locked(folder):
+        stat = source.stat()
+        existing = _try_open(folder, source)
+        if existing is not None and existing.source_key.matches_stat(stat):
+            return existing, False
+        sha256 = file_sha256(source)
+        key = SourceKey(size=stat.st_size, mtime_ns=stat.st_mtime_ns, sha256=sha256)
+        if existing is not None and existing.source_key.sha256 == sha256:
+            _rewrite_source_key(folder, key)
+            return open_compiled(folder, source), False
+        parsed = parse_library(read_library_file(source, max_bytes), access_tag=access_tag)
+        write_compiled(parsed, folder, key, name)
+        return open_compiled(folder, source), True
+
+
+def _try_open(folder: Path, source: Path) -> CompiledLibrary | None:
+    if not (folder / "meta.json").exists():
+        return None
+    try:
+        return open_compiled(folder, source)
+    except StoreError as problem:
+        log.warning("rebuilding %s: %s", folder, problem)
+        return None
+
+
+def _rewrite_source_key(folder: Path, key: SourceKey) -> None:
+    meta = json.loads((folder / "meta.json").read_text())
+    meta["source"] = key.__dict__
+    temporary = folder / "meta.json.tmp"
+    _write_synced(temporary, lambda handle: handle.write(json.dumps(meta).encode()))
+    os.replace(temporary, folder / "meta.json")
