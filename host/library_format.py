@@ -148,6 +148,8 @@ def parse_library(data: Any, *, access_tag: str | None = None) -> ParsedLibrary:
     if not isinstance(data, dict):
         raise LibraryFormatError(f"a library must be a JSON object, got {type(data).__name__}")
     version = data.get("version")
+    if type(version) is not int:  # Python has true == 1 and 1.0 == 1; neither is a version
+        raise LibraryFormatError(f"version: expected 0 or 1, got {version!r}")
     if version == 0:
         data = upgrade_version_0(data)
     elif version != FORMAT_VERSION:
