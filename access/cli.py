@@ -17,7 +17,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +87,7 @@ def register(subparsers: Any) -> None:
         "--alg",
         choices=ALGORITHMS,
         default=HS256,
-        help="HS256 (shared secret) or EdDSA/ES256 (replicas can verify with the public key "
-        "alone; default: HS256)",
+        help="HS256 (shared secret) or EdDSA/ES256 (replicas can verify with the public key alone; default: HS256)",
     )
     rotate.set_defaults(func=_handler(_rotate))
 
@@ -121,8 +120,7 @@ def register(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="TAG",
-        help="an access tag to grant; repeat for several "
-        "(default: the file's default_private_access_tag)",
+        help="an access tag to grant; repeat for several (default: the file's default_private_access_tag)",
     )
     issue.add_argument(
         "--expires",
@@ -320,14 +318,17 @@ def _list(args: argparse.Namespace) -> int:
         print("no tokens issued yet")
         return 0
     if issued:
-        columns = ("subject", "jti", "access_tags", "issued", "expires", "status")
-        _table(["SUBJECT", "JTI", "TAGS", "ISSUED", "EXPIRES", "STATUS"], [[_cell(row[c]) for c in columns] for row in issued])
+        fields = ("subject", "jti", "access_tags", "issued", "expires", "status")
+        _table(
+            ["SUBJECT", "JTI", "TAGS", "ISSUED", "EXPIRES", "STATUS"],
+            [[_cell(row[f]) for f in fields] for row in issued],
+        )
     if legacy:
         if issued:
             print()
         print("legacy tokens:")
-        columns = ("name", "access_tags", "status", "description")
-        _table(["NAME", "TAGS", "STATUS", "DESCRIPTION"], [[_cell(row[c]) for c in columns] for row in legacy])
+        legacy_fields = ("name", "access_tags", "status", "description")
+        _table(["NAME", "TAGS", "STATUS", "DESCRIPTION"], [[_cell(row[f]) for f in legacy_fields] for row in legacy])
     return 0
 
 
@@ -372,10 +373,7 @@ def _describe_matches(settings: AccessSettings, target: str) -> str:
     if legacy:
         found.append("the legacy token of this name")
     if not found:
-        return (
-            "no token recorded here matches it (added anyway: it applies to any token "
-            "with this jti or subject)"
-        )
+        return "no token recorded here matches it (added anyway: it applies to any token with this jti or subject)"
     return "; ".join(found) + "; running hosts apply this within seconds"
 
 
@@ -390,7 +388,7 @@ def _status(settings: AccessSettings, now: int, record: IssuedRecord) -> str:
 
 
 def _when(timestamp: int) -> str:
-    return datetime.fromtimestamp(timestamp, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _cell(value: Any) -> str:

@@ -250,9 +250,9 @@ def _parse_issued(value: Any, source: str) -> tuple[IssuedRecord, ...]:
             if not isinstance(entry.get(name), str) or not entry[name]:
                 raise AccessConfigError(f"{where}.{name}: must be a non-empty string")
         iat, exp = entry.get("iat"), entry.get("exp")
-        if not _is_int(iat):
+        if not isinstance(iat, int) or isinstance(iat, bool):
             raise AccessConfigError(f"{where}.iat: must be a whole number of seconds")
-        if exp is not None and not _is_int(exp):
+        if exp is not None and (not isinstance(exp, int) or isinstance(exp, bool)):
             raise AccessConfigError(f"{where}.exp: must be a whole number of seconds or null")
         tags = _tag_list(entry.get("access_tags", []), f"{where}.access_tags")
         records.append(IssuedRecord(entry["jti"], entry["sub"], tags, iat, exp, entry["kid"]))
@@ -282,13 +282,7 @@ def _string_list(value: Any, where: str) -> list[str]:
 def _reject_unknown(obj: dict[str, Any], allowed: tuple[str, ...], source: str, prefix: str) -> None:
     for name in obj:
         if name not in allowed:
-            raise AccessConfigError(
-                f"{source}: {prefix}{name}: unknown field (expected one of {', '.join(allowed)})"
-            )
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+            raise AccessConfigError(f"{source}: {prefix}{name}: unknown field (expected one of {', '.join(allowed)})")
 
 
 class _Refused(Exception):

@@ -63,11 +63,9 @@ def _locked(path: Path) -> Iterator[str]:
     """Hold an exclusive lock on the current version of ``path``; yield its text."""
     while True:
         try:
-            handle = open(path, encoding="utf-8")
+            handle = open(path, encoding="utf-8")  # noqa: SIM115 - closed by the `with` below
         except FileNotFoundError:
-            raise AccessConfigError(
-                f"{path}: does not exist; create it with `polymath-host access init`"
-            ) from None
+            raise AccessConfigError(f"{path}: does not exist; create it with `polymath-host access init`") from None
         except OSError as error:
             raise AccessConfigError(f"{path}: cannot be read ({error.strerror})") from None
         with handle:

@@ -19,8 +19,8 @@ import binascii
 import re
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Union
+from datetime import UTC, datetime
+from typing import Any, TypeAlias
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
@@ -37,8 +37,10 @@ MIN_HMAC_SECRET_BYTES = 32
 # What `access init` / `access rotate` generate.
 NEW_HMAC_SECRET_BYTES = 32
 
-VerifyKey = Union[bytes, ed25519.Ed25519PublicKey, ec.EllipticCurvePublicKey]
-SignKey = Union[bytes, ed25519.Ed25519PrivateKey, ec.EllipticCurvePrivateKey]
+PublicKey: TypeAlias = ed25519.Ed25519PublicKey | ec.EllipticCurvePublicKey
+PrivateKey: TypeAlias = ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey
+VerifyKey: TypeAlias = bytes | PublicKey
+SignKey: TypeAlias = bytes | PrivateKey
 
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]+={0,2}")
 
@@ -73,9 +75,7 @@ def parse_key(entry: Any, where: str) -> Key:
         raise AccessConfigError(f"{where}: must be an object with kid, alg and key fields")
     alg = entry.get("alg")
     if alg not in ALGORITHMS:
-        raise AccessConfigError(
-            f"{where}.alg: {_short(alg)} is not supported; use one of {', '.join(ALGORITHMS)}"
-        )
+        raise AccessConfigError(f"{where}.alg: {_short(alg)} is not supported; use one of {', '.join(ALGORITHMS)}")
     kid = entry.get("kid")
     if not isinstance(kid, str) or not kid.strip():
         raise AccessConfigError(f"{where}.kid: must be a non-empty string")
@@ -103,7 +103,7 @@ def generate_key_entry(alg: str, kid: str) -> dict[str, str]:
     if alg == HS256:
         secret = secrets.token_bytes(NEW_HMAC_SECRET_BYTES)
         return {"kid": kid, "alg": alg, "secret": base64.urlsafe_b64encode(secret).rstrip(b"=").decode()}
-    private: ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey
+    private: PrivateKey
     if alg == EDDSA:
         private = ed25519.Ed25519PrivateKey.generate()
     elif alg == ES256:
@@ -113,12 +113,17 @@ def generate_key_entry(alg: str, kid: str) -> dict[str, str]:
     private_pem = private.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     ).decode()
-    return {"kid": kid, "alg": alg, "public_key": _public_bytes(private.public_key()).decode(), "private_key": private_pem}
+    return {
+        "kid": kid,
+        "alg": alg,
+        "public_key": _public_bytes(private.public_key()).decode(),
+        "private_key": private_pem,
+    }
 
 
 def new_kid(existing: set[str], now: datetime | None = None) -> str:
     """A key id that says when the key was made: ``2026-11-22``, then ``2026-11-22.2``..."""
-    base = (now or datetime.now(timezone.utc)).strftime("%Y-%m-%d")
+    base = (now or datetime.now(UTC)).strftime("%Y-%m-%d")
     kid, n = base, 1
     while kid in existing:
         n += 1
@@ -141,7 +146,7 @@ def _decode_hmac_secret(value: Any, where: str) -> bytes:
     return secret
 
 
-def _load_public_key(value: Any, alg: str, where: str) -> VerifyKey:
+def _load_public_key(value: Any, alg: str, where: str) -> PublicKey:
     if not isinstance(value, str) or "-----BEGIN PUBLIC KEY-----" not in value:
         raise AccessConfigError(f"{where}: must be a PEM public key (-----BEGIN PUBLIC KEY-----)")
     try:
@@ -152,7 +157,7 @@ def _load_public_key(value: Any, alg: str, where: str) -> VerifyKey:
     return key  # type: ignore[return-value]
 
 
-def _load_private_key(value: Any, alg: str, where: str) -> ed25519.Ed25519PrivateKey | ec.EllipticCurvePrivateKey:
+def _load_private_key(value: Any, alg: str, where: str) -> PrivateKey:
     if not isinstance(value, str) or "PRIVATE KEY-----" not in value:
         raise AccessConfigError(f"{where}: must be an unencrypted PEM private key")
     try:
@@ -167,13 +172,12 @@ def _check_key_type(key: object, alg: str, where: str) -> None:
     if alg == EDDSA and not isinstance(key, (ed25519.Ed25519PublicKey, ed25519.Ed25519PrivateKey)):
         raise AccessConfigError(f"{where}: EdDSA keys must be Ed25519")
     if alg == ES256 and not (
-        isinstance(key, (ec.EllipticCurvePublicKey, ec.EllipticCurvePrivateKey))
-        and isinstance(key.curve, ec.SECP256R1)
+        isinstance(key, (ec.EllipticCurvePublicKey, ec.EllipticCurvePrivateKey)) and isinstance(key.curve, ec.SECP256R1)
     ):
         raise AccessConfigError(f"{where}: ES256 keys must be on the P-256 curve")
 
 
-def _public_bytes(key: ed25519.Ed25519PublicKey | ec.EllipticCurvePublicKey) -> bytes:
+def _public_bytes(key: PublicKey) -> bytes:
     return key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 

@@ -95,7 +95,9 @@ def issue_token(
         "sub": subject,
         "access_tags": list(tags),
         "iat": issued_at,
-        "jti": secrets.token_urlsafe(16),
+        # 128 random bits as hex: unlike base64url it never starts with "-", which
+        # `token revoke JTI` would otherwise take for an option.
+        "jti": secrets.token_hex(16),
     }
     if expires_at is None:
         claims[NEVER_EXPIRES_CLAIM] = True

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import jwt
 import pytest
@@ -38,8 +39,9 @@ def issue(capsys: pytest.CaptureFixture[str], path: Path, *args: str) -> str:
     return out.strip()
 
 
-def file_data(path: Path) -> dict:
-    return json.loads(path.read_text())
+def file_data(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
 
 
 # --- access init ----------------------------------------------------------------------
@@ -69,7 +71,7 @@ def test_init_keys_are_different_every_time(tmp_path: Path, capsys: pytest.Captu
 
 def test_init_refuses_to_overwrite_without_force(initialised: Path, capsys: pytest.CaptureFixture[str]) -> None:
     before = initialised.read_text()
-    code, out, err = run(capsys, "access", "init", "--access", str(initialised))
+    code, _, err = run(capsys, "access", "init", "--access", str(initialised))
 
     assert code == 1
     assert err.startswith("error: ") and "--force" in err and err.count("\n") == 1
@@ -97,8 +99,9 @@ def test_init_into_a_missing_directory_is_a_user_error(tmp_path: Path, capsys: p
 def test_issue_prints_only_the_token_and_it_grants_the_tags(
     initialised: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = run(capsys, "token", "issue", "bob@example.com", "--tag", "team", "--tag", "board",
-                         "--access", str(initialised))
+    code, out, err = run(
+        capsys, "token", "issue", "bob@example.com", "--tag", "team", "--tag", "board", "--access", str(initialised)
+    )
 
     assert code == 0
     token = out.strip()
@@ -114,8 +117,14 @@ def test_issue_records_the_token_without_storing_it(initialised: Path, capsys: p
     [record] = file_data(initialised)["issued"]
     claims = jwt.decode(token, options={"verify_signature": False})
 
-    assert record == {"jti": claims["jti"], "sub": "bob", "access_tags": ["unpublished"],
-                      "iat": claims["iat"], "exp": claims["iat"] + 12 * 3600, "kid": record["kid"]}
+    assert record == {
+        "jti": claims["jti"],
+        "sub": "bob",
+        "access_tags": ["unpublished"],
+        "iat": claims["iat"],
+        "exp": claims["iat"] + 12 * 3600,
+        "kid": record["kid"],
+    }
     assert token not in initialised.read_text()
     assert os.stat(initialised).st_mode & 0o777 == 0o600
 
@@ -240,8 +249,14 @@ def test_list_shows_tokens_and_never_a_secret(initialised: Path, capsys: pytest.
     code_json, listing, _ = run(capsys, "token", "list", "--json", "--access", str(initialised))
 
     assert code == code_json == 0
-    secrets = [bob, robot, "sk_legacy_secret_value", data["keys"][0]["secret"], data["keys"][1]["private_key"],
-               "PRIVATE KEY"]
+    secrets = [
+        bob,
+        robot,
+        "sk_legacy_secret_value",
+        data["keys"][0]["secret"],
+        data["keys"][1]["private_key"],
+        "PRIVATE KEY",
+    ]
     for secret in secrets:
         assert secret not in table + err + listing
     bob_row = next(line for line in table.splitlines() if line.startswith("bob "))
@@ -251,8 +266,9 @@ def test_list_shows_tokens_and_never_a_secret(initialised: Path, capsys: pytest.
     assert "alice@example.com" in table
     parsed = json.loads(listing)
     assert [row["subject"] for row in parsed["issued"]] == ["bob", "robot"]
-    assert parsed["legacy"] == [{"name": "alice@example.com", "access_tags": ["team"], "description": "",
-                                 "status": "active"}]
+    assert parsed["legacy"] == [
+        {"name": "alice@example.com", "access_tags": ["team"], "description": "", "status": "active"}
+    ]
 
 
 def test_list_on_a_fresh_file(initialised: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -275,8 +291,16 @@ def test_commands_plug_into_the_host_parser(initialised: Path, capsys: pytest.Ca
 
 @pytest.mark.parametrize(
     "command",
-    [["access"], ["access", "init"], ["access", "rotate"], ["access", "remove-key"], ["token"],
-     ["token", "issue"], ["token", "revoke"], ["token", "list"]],
+    [
+        ["access"],
+        ["access", "init"],
+        ["access", "rotate"],
+        ["access", "remove-key"],
+        ["token"],
+        ["token", "issue"],
+        ["token", "revoke"],
+        ["token", "list"],
+    ],
 )
 def test_every_command_has_help(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as caught:

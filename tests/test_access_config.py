@@ -132,7 +132,7 @@ def test_a_malformed_file_is_refused_with_one_line_naming_file_and_field(
 def test_error_messages_never_echo_secrets(tmp_path: Path) -> None:
     short_secret = "c2VjcmV0LXNlY3JldA"  # base64url of 13 bytes
     duplicate = {"a": {"token": LEGACY_TOKEN}, "b": {"token": LEGACY_TOKEN}}
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"keys": [{"kid": "k", "alg": "HS256", "secret": short_secret}]}, short_secret),
         ({"tokens": duplicate}, LEGACY_TOKEN),
         ({"keys": [{**EDDSA_KEY, "private_key": EDDSA_KEY["private_key"][:-40]}]}, EDDSA_KEY["private_key"][40:80]),
@@ -240,9 +240,7 @@ def test_changes_are_checked_at_most_once_per_interval(access_file: Path) -> Non
     assert control.restricted_message == "Ask for access."
 
 
-def test_a_file_readable_by_others_is_warned_about(
-    access_file: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_file_readable_by_others_is_warned_about(access_file: Path, caplog: pytest.LogCaptureFixture) -> None:
     os.chmod(access_file, 0o644)
     with caplog.at_level(logging.WARNING, logger="polymath_host.access"):
         AccessControl.from_file(access_file)
