@@ -66,6 +66,7 @@ def register(subparsers: Any) -> None:
     init.add_argument(
         "--issuer",
         default=DEFAULT_ISSUER,
+        metavar="URL",
         help=f"the JWT issuer and audience, usually this host's URL (default: {DEFAULT_ISSUER})",
     )
     init.add_argument("--alg", choices=ALGORITHMS, default=HS256, help="key algorithm (default: HS256)")
@@ -136,7 +137,8 @@ def register(subparsers: Any) -> None:
         "revoke",
         help="revoke a token by its jti, or every token of a subject",
         description="Add JTI or SUBJECT to the revoked list. A subject revokes all of its "
-        "tokens, including a legacy token of that name. Running hosts apply it within seconds.",
+        "tokens, including a legacy token of that name. Running hosts apply it within seconds. "
+        "Put -- before a value that starts with '-'.",
     )
     revoke.add_argument("target", metavar="JTI|SUBJECT", help="a token id (jti) or a subject")
     _access_option(revoke)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ import pytest
 
 from access import ANONYMOUS, AccessConfigError, AccessControl, TokenRejected
 from access.config import load_settings, parse_settings
-from access.files import write_atomically
+from access.files import update, write_atomically
 from access.keys import generate_key_entry
 from access.tokens import issue_token
 
@@ -245,3 +247,19 @@ def test_a_file_readable_by_others_is_warned_about(access_file: Path, caplog: py
     with caplog.at_level(logging.WARNING, logger="polymath_host.access"):
         AccessControl.from_file(access_file)
     assert "chmod 600" in caplog.text
+
+
+def test_concurrent_edits_do_not_lose_each_other(access_file: Path) -> None:
+    def revoke(jti: str) -> None:
+        def change(data: dict[str, Any]) -> None:
+            time.sleep(0.005)  # widen the read-change-write window; without the lock edits get lost
+            data["revoked"].append(jti)
+
+        update(access_file, change)
+
+    threads = [threading.Thread(target=revoke, args=(f"jti-{n}",)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert load_settings(access_file).revoked == {"some-jti"} | {f"jti-{n}" for n in range(8)}
