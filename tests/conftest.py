@@ -47,14 +47,14 @@ def start_host(libraries: Path, *extra: str, cwd: Path | None = None, timeout: f
     """`python -m host serve` as a real process on a free port, once /readyz answers."""
     port = free_port()
     log_path = (cwd or libraries.parent) / f"host-{port}.log"
-    log_file = log_path.open("w")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "host", "serve", "--libraries", str(libraries), "--port", str(port), *extra],
-        cwd=cwd or libraries.parent,
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONPATH": str(PROJECT)},
-    )
+    with log_path.open("w") as log_file:  # the child writes through its own copy of the descriptor
+        process = subprocess.Popen(
+            [sys.executable, "-m", "host", "serve", "--libraries", str(libraries), "--port", str(port), *extra],
+            cwd=cwd or libraries.parent,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(PROJECT)},
+        )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
