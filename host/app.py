@@ -26,7 +26,7 @@ from host.catalog import Catalog, ModelIndex, load_catalog
 from host.engine import random_query, rank
 from host.errors import HTTPError, bad_request
 from host.metrics import Metrics
-from host.middleware import BodySizeLimit, PolymathLinkHeader
+from host.middleware import POLYMATH_LINK, BodySizeLimit, PolymathLinkHeader
 from host.openapi import OPENAPI
 from host.query_args import QueryArgs, parse_query_args, query_vector
 from host.rendering import JSON, MSGPACK, error_response, render_json, render_msgpack, wants_msgpack
@@ -118,7 +118,10 @@ async def on_starlette_error(request: Request, error: Exception) -> Response:
 
 async def on_crash(request: Request, error: Exception) -> Response:
     log.exception("internal error on %s %s", request.method, request.url.path)
-    return error_response(HTTPError(500, "the host failed to answer this request; the error is logged"))
+    # Starlette sends this response from outside every middleware, so PolymathLinkHeader
+    # never sees it: the Link header is added here.
+    link = {"Link": POLYMATH_LINK.decode()}
+    return error_response(HTTPError(500, "the host failed to answer this request; the error is logged", link))
 
 
 # ---- POST / ----------------------------------------------------------------------------------
@@ -137,10 +140,11 @@ async def read_fields(request: Request, max_fields: int) -> dict[str, Any]:
         return fields
     if media_type in FORM_TYPES:
         try:
-            form = await request.form(max_files=max_fields, max_fields=max_fields)
+            # `async with` closes uploaded parts' temporary files once they are read.
+            async with request.form(max_files=max_fields, max_fields=max_fields) as form:
+                return {key: await _field_text(value) for key, value in form.items()}
         except MultiPartException as problem:
             raise bad_request(f"the form body is malformed: {problem.message}") from None
-        return {key: await _field_text(value) for key, value in form.items()}
     if not media_type and not await request.body():
         return {}
     raise HTTPError(
