@@ -239,6 +239,7 @@ async def _answer(
             count=args.count,
             count_type=args.count_type,
             count_restricted=restricted_count or bool(restricted_message),
+            search=state.settings.search_for(index.bit_count),
         )
         result = build_result(
             index,

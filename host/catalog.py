@@ -108,6 +108,18 @@ class ModelIndex:
         position = int(np.searchsorted(self.offsets, row, side="right")) - 1
         return self.libraries[position], row - int(self.offsets[position])
 
+    def gather(self, rows: np.ndarray) -> np.ndarray:
+        """The embeddings of some global rows, in that order (read in row order from the maps)."""
+        order = np.argsort(rows)
+        gathered = np.empty((len(rows), self.dimension), dtype=np.float32)
+        sorted_rows = rows[order]
+        bounds = np.searchsorted(sorted_rows, self.offsets)
+        for position, library in enumerate(self.libraries):
+            start, stop = bounds[position], bounds[position + 1]
+            if stop > start:
+                gathered[order[start:stop]] = library.embeddings[sorted_rows[start:stop] - self.offsets[position]]
+        return gathered
+
     def visible_rows(self, granted: frozenset[str]) -> np.ndarray | None:
         """Bool mask of rows a caller holding `granted` tags may see; None means every row."""
         key = frozenset(tag for tag in granted if tag in self.tags)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -52,6 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"largest request body accepted (default {Settings.max_body_bytes:,})")
     serve.add_argument("--max-count", type=int, default=Settings.max_count, metavar="N",
                        help=f"largest count a query may ask for (default {Settings.max_count:,})")
+    serve.add_argument("--search", choices=["auto", "exact", "approximate"], default="auto",
+                       help="exact scans every vector; approximate scans sign-bit codes first and re-scores "
+                            "the nearest exactly; auto (default) is approximate for models with at least "
+                            "--approximate-from bits")
+    serve.add_argument("--approximate-from", type=int, default=Settings.approximate_from_bits, metavar="BITS",
+                       help=f"with --search auto, the size from which search is approximate (default {Settings.approximate_from_bits:,})")
+    serve.add_argument("--oversample", type=int, default=Settings.oversample, metavar="N",
+                       help=f"approximate search re-scores at least this many nearest codes exactly (default {Settings.oversample:,})")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     _add_max_library_bytes(serve)
     serve.set_defaults(func=serve_command)
@@ -108,6 +117,9 @@ def serve_command(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         max_count=args.max_count,
         max_library_bytes=args.max_library_bytes,
+        search=args.search,
+        approximate_from_bits=args.approximate_from,
+        oversample=args.oversample,
     )
     started = time.perf_counter()
     catalog = load_catalog(args.libraries, cache_dir=args.cache_dir, max_bytes=args.max_library_bytes, progress=_say)
@@ -126,6 +138,9 @@ def serve_command(args: argparse.Namespace) -> int:
                     workers=args.workers, log_level=args.log_level)
     else:
         app = create_app(settings, catalog=catalog, access=access_control)
+        # uvicorn re-raises SIGTERM after its graceful shutdown, which would kill us with -15;
+        # a stop we were asked for is a clean exit (0), as it already is with --workers N.
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 

@@ -6,15 +6,17 @@ Everything here takes arrays and returns arrays: no HTTP, no files, no JSON.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
 from host.catalog import ModelIndex
+from host.sign_codes import hamming_distances
 
 CountType = Literal["token", "bit"]
 FIRST_GUESS_FOR_TOKENS = 64  # candidates taken before the token budget is known to be filled
 GROWTH = 4
+HIDDEN_DISTANCE = np.uint16(np.iinfo(np.uint16).max)  # never among the nearest codes
 
 
 @dataclass(frozen=True)
@@ -60,16 +62,75 @@ def best_rows(scores: np.ndarray, k: int) -> np.ndarray:
 
 def select(
     scores: np.ndarray, token_counts: np.ndarray, visible: int, count: int, count_type: CountType
-) -> tuple[np.ndarray, int | None]:
-    """Rows (best first) that fill the budget; hidden rows carry a score of -inf."""
+) -> tuple[np.ndarray, int | None, bool]:
+    """Rows (best first) that fill the budget, the first bit's cut, and whether the budget is full.
+
+    Hidden rows carry a score of -inf. `full` is False only when every visible row fit.
+    """
     k = min(visible, count if count_type == "bit" else FIRST_GUESS_FOR_TOKENS)
     while True:
         rows = best_rows(scores, k) if k else np.zeros(0, dtype=np.int64)
         taken, cut_to = apply_budget(token_counts[rows], count, count_type)
-        budget_full = taken < len(rows) or (count_type == "bit" and taken >= count)
-        if budget_full or k >= visible:
-            return rows[:taken], cut_to
+        full = taken < len(rows) or (count_type == "bit" and taken >= count)
+        if full or k >= visible:
+            return rows[:taken], cut_to, full
         k = min(visible, k * GROWTH)
+
+
+@dataclass(frozen=True)
+class Search:
+    """How to find the best rows: `exact` scans every float; `approximate` scans sign codes first."""
+
+    approximate: bool = False
+    oversample: int = 1000  # nearest codes re-scored exactly; grown when the budget needs more
+
+
+EXACT = Search()
+
+
+class _Filled(NamedTuple):
+    rows: np.ndarray
+    scores: np.ndarray
+    cut_to: int | None
+
+
+class _ExactScan:
+    """Every row scored exactly: the matrix-vector product, then the budget over all rows."""
+
+    def __init__(self, index: ModelIndex, query: np.ndarray) -> None:
+        self.index = index
+        self.scores = similarities(index, query)
+
+    def fill(self, mask: np.ndarray | None, count: int, count_type: CountType) -> _Filled:
+        scores = self.scores if mask is None else np.where(mask, self.scores, np.float32(-np.inf))
+        visible = self.index.bit_count if mask is None else int(np.count_nonzero(mask))
+        rows, cut_to, _ = select(scores, self.index.token_counts, visible, count, count_type)
+        return _Filled(rows, scores[rows], cut_to)
+
+
+class _SignCodeScan:
+    """The nearest sign codes, re-scored exactly; the pool grows until the budget is filled."""
+
+    def __init__(self, index: ModelIndex, query: np.ndarray, oversample: int) -> None:
+        self.index = index
+        self.query = query
+        self.oversample = oversample
+        self.distances = np.concatenate([hamming_distances(lib.sign_codes, query) for lib in index.libraries])
+
+    def fill(self, mask: np.ndarray | None, count: int, count_type: CountType) -> _Filled:
+        distances = self.distances if mask is None else np.where(mask, self.distances, HIDDEN_DISTANCE)
+        visible = self.index.bit_count if mask is None else int(np.count_nonzero(mask))
+        wanted = count if count_type == "bit" else FIRST_GUESS_FOR_TOKENS
+        pool = min(visible, max(self.oversample, GROWTH * wanted))
+        while True:
+            if pool >= visible // 2:  # nothing left to save: scan exactly
+                return _ExactScan(self.index, self.query).fill(mask, count, count_type)
+            candidates = np.argpartition(distances, pool)[:pool]
+            scores = self.index.gather(candidates) @ self.query
+            positions, cut_to, full = select(scores, self.index.token_counts[candidates], pool, count, count_type)
+            if full:
+                return _Filled(candidates[positions], scores[positions], cut_to)
+            pool = min(visible, pool * GROWTH)
 
 
 def rank(
@@ -80,33 +141,23 @@ def rank(
     count: int,
     count_type: CountType,
     count_restricted: bool = False,
+    search: Search = EXACT,
 ) -> Selection:
     """Rank the bits `granted` may see against `query` and fill the budget.
 
-    Bits the caller may not see are set to -inf before selection, so they never take a place,
+    Bits the caller may not see are excluded before selection, so they never take a place,
     a token or a tie. With `count_restricted`, the budget is filled a second time as if every
-    tag were granted, to tell how many bits were held back.
+    tag were granted, to tell how many bits were held back. The search mode changes how
+    candidates are found, never the budget rules.
     """
-    raw = similarities(index, query)
+    scan = _SignCodeScan(index, query, search.oversample) if search.approximate else _ExactScan(index, query)
     mask = index.visible_rows(granted)
-    scores = raw if mask is None else np.where(mask, raw, np.float32(-np.inf))
-    visible = index.bit_count if mask is None else int(np.count_nonzero(mask))
-    rows, cut_to = select(scores, index.token_counts, visible, count, count_type)
+    rows, scores, cut_to = scan.fill(mask, count, count_type)
     restricted = 0
     if count_restricted and mask is not None:
-        restricted = _held_back(index, raw, granted, count, count_type)
-    return Selection(rows=rows, scores=scores[rows], first_bit_cut_to=cut_to, restricted=restricted)
-
-
-def _held_back(
-    index: ModelIndex, raw: np.ndarray, granted: frozenset[str], count: int, count_type: CountType
-) -> int:
-    everything = index.visible_rows(frozenset(index.tags))
-    scores = raw if everything is None else np.where(everything, raw, np.float32(-np.inf))
-    visible = index.bit_count if everything is None else int(np.count_nonzero(everything))
-    rows, _ = select(scores, index.token_counts, visible, count, count_type)
-    allowed = index.visible_rows(granted)
-    return int(np.count_nonzero(~allowed[rows])) if allowed is not None else 0
+        everything = scan.fill(index.visible_rows(frozenset(index.tags)), count, count_type)
+        restricted = int(np.count_nonzero(~mask[everything.rows]))
+    return Selection(rows=rows, scores=scores, first_bit_cut_to=cut_to, restricted=restricted)
 
 
 def random_query(dimension: int, rng: np.random.Generator | None = None) -> np.ndarray:

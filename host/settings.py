@@ -7,6 +7,7 @@ import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from host.engine import Search
 from host.store import DEFAULT_MAX_SOURCE_BYTES
 
 ENVIRONMENT_VARIABLE = "POLYMATH_HOST_SETTINGS"  # how `serve --workers N` hands settings to workers
@@ -22,6 +23,13 @@ class Settings:
     max_form_fields: int = 32
     query_cache_entries: int = 2048
     max_library_bytes: int = DEFAULT_MAX_SOURCE_BYTES
+    search: str = "auto"  # exact | approximate | auto (approximate from `approximate_from_bits`)
+    approximate_from_bits: int = 100_000
+    oversample: int = 1000
+
+    def search_for(self, bits: int) -> Search:
+        approximate = self.search == "approximate" or (self.search == "auto" and bits >= self.approximate_from_bits)
+        return Search(approximate=approximate, oversample=self.oversample)
 
     @property
     def max_embedding_bytes(self) -> int:

@@ -7,6 +7,7 @@ A library file is parsed once and written to its own folder in the cache:
     token_counts.npy    (bits,) int32
     tag_ids.npy         (bits,) uint16, an index into meta["tags"] (0 means public)
     ids.npy             (bits,) S32, raw SHA-256 canonical ids
+    sign_codes.npy      (words, bits) uint64, the signs of each embedding, for approximate search
     records.bin         one msgpack map per bit ({"text", "info"}), back to back
     record_offsets.npy  (bits + 1,) int64, where each record starts and ends
     meta.json           written last: the source's cache key and the shapes above
@@ -34,8 +35,9 @@ import msgpack
 import numpy as np
 
 from host.library_format import LibraryFormatError, ParsedLibrary, parse_library
+from host.sign_codes import sign_codes, words_for
 
-STORE_FORMAT = 1
+STORE_FORMAT = 2
 PUBLIC = ""  # tag id 0: visible to everyone
 DEFAULT_MAX_SOURCE_BYTES = 8 << 30
 log = logging.getLogger("polymath_host.store")
@@ -65,6 +67,7 @@ class CompiledLibrary:
     tag_ids: np.ndarray
     tags: tuple[str, ...]
     ids: np.ndarray
+    sign_codes: np.ndarray  # (words, bits) uint64, word-major: see host/sign_codes.py
     records: np.ndarray  # uint8 memory map of records.bin
     record_offsets: np.ndarray
     details: dict[str, Any]
@@ -136,6 +139,7 @@ def write_compiled(library: ParsedLibrary, folder: Path, source_key: SourceKey, 
             "tag_ids": np.array([tag_index[tag or PUBLIC] for tag in library.access_tags], np.uint16),
             "ids": np.array([bytes.fromhex(bit_id) for bit_id in library.ids], dtype="S32"),
             "record_offsets": offsets,
+            "sign_codes": sign_codes(library.embeddings),
         }
         for array_name, array in arrays.items():
             _write_synced(building / f"{array_name}.npy", lambda handle, a=array: np.save(handle, a))
@@ -212,6 +216,7 @@ def open_compiled(folder: Path, source: Path) -> CompiledLibrary:
             tag_ids=tag_ids,
             tags=tuple(meta["tags"]),
             ids=array("ids", "|S32", (bits,), mmap=False),
+            sign_codes=np.asarray(array("sign_codes", "<u8", (words_for(dimension), bits))),
             records=records,
             record_offsets=offsets,
             details=meta["details"],
