@@ -103,12 +103,10 @@ def test_validate_prints_one_line_per_problem_naming_the_file_and_exits_1(tmp_pa
     assert result.returncode == 1
     lines = result.stdout.splitlines()
     problems = [line for line in lines if ": ok, " not in line]
-    assert problems == [
-        f"{Path('libraries/broken.json')}: bits[1].text: must be a string, got None",
-        f"{Path('libraries/stray.json')}: not valid JSON: Expecting property name enclosed in double quotes: "
-        "line 1 column 2 (char 1)",
-        "missing.json: does not exist",
-    ]
+    assert len(problems) == 3
+    assert problems[0] == f"{Path('libraries/broken.json')}: bits[1].text: must be a string, got None"
+    assert problems[1].startswith(f"{Path('libraries/stray.json')}: not valid JSON: ")
+    assert problems[2] == "missing.json: does not exist"
     assert len(lines) == 2 + len(problems)  # the two good files still get their "ok"
 
 
