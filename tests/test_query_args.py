@@ -8,13 +8,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from host.errors import HTTPError
 from host.library_format import parse_omit
 from host.query_args import MAX_QUERY_MAGNITUDE, QueryArgs, parse_query_args, query_vector
 from librarian import TEST_MODEL, b64
+
+untimed = settings(deadline=None)  # a cold first example may be slow on a busy machine; only answers matter
 
 MAX_COUNT = 100_000
 MAX_EMBEDDING_BYTES = 1 << 20
@@ -220,6 +222,7 @@ def test_values_up_to_the_magnitude_limit_are_accepted() -> None:
 # ---- properties ---------------------------------------------------------------------------------------
 
 
+@untimed
 @given(st.integers(1, MAX_COUNT))
 def test_any_positive_integer_string_is_read_as_that_count(count: int) -> None:
     assert parse(count=str(count)).count == count
@@ -234,6 +237,7 @@ json_values = st.recursive(
 ARGUMENTS = ["version", "query_embedding", "query_embedding_model", "count", "count_type", "omit", "access_token"]
 
 
+@untimed
 @given(st.dictionaries(st.sampled_from(ARGUMENTS), st.text() | json_values))
 def test_any_arguments_are_either_accepted_or_a_400(fields: dict[str, Any]) -> None:
     try:
@@ -246,6 +250,7 @@ def test_any_arguments_are_either_accepted_or_a_400(fields: dict[str, Any]) -> N
         assert args.count_type in ("token", "bit")
 
 
+@untimed
 @given(st.binary(max_size=80))
 def test_any_query_bytes_are_a_vector_or_a_400(raw: bytes) -> None:
     try:
