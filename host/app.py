@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
+import signal
 import threading
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 from cachetools import LRUCache
@@ -26,10 +30,11 @@ from host.catalog import Catalog, ModelIndex, load_catalog
 from host.engine import random_query, rank
 from host.errors import HTTPError, bad_request
 from host.metrics import Metrics
-from host.middleware import POLYMATH_LINK, BodySizeLimit, PolymathLinkHeader
+from host.middleware import POLYMATH_LINK, AccessLog, PolymathLinkHeader, RateLimit, RequestBodyGuard
 from host.openapi import OPENAPI
 from host.query_args import QueryArgs, parse_query_args, query_vector
 from host.rendering import JSON, MSGPACK, error_response, render_json, render_msgpack, wants_msgpack
+from host.reloader import LibraryWatcher
 from host.results import build_result
 from host.settings import Settings
 from host.static_library import publish_library
@@ -55,7 +60,23 @@ class HostState:
         self._cache: LRUCache[tuple[Any, ...], bytes] = LRUCache(maxsize=settings.query_cache_entries)
         self._published: LRUCache[tuple[Any, ...], tuple[bytes, str]] = LRUCache(maxsize=64)
         self._lock = threading.Lock()
+        self._describe(catalog)
+
+    def install(self, catalog: Catalog) -> None:
+        """Swap in a new generation: requests already running keep the one they read."""
+        self.catalog = catalog
+        self.metrics.count("polymath_reloads_total")
+        self._describe(catalog)
+
+    def tick(self) -> None:
+        """Housekeeping between requests: follow the access file even when no token arrives."""
+        self.access.reload_if_changed()
+
+    def _describe(self, catalog: Catalog) -> None:
         self.metrics.gauge("polymath_libraries_loaded", len(catalog.libraries))
+        self.metrics.gauge("polymath_bits_loaded", sum(library.bit_count for library in catalog.libraries))
+        self.metrics.gauge("polymath_catalog_generation", catalog.generation)
+        self.metrics.gauge("polymath_library_problems", len(catalog.problems))
 
     def cached(self, cache: LRUCache, key: tuple[Any, ...]) -> Any:
         with self._lock:
@@ -71,6 +92,19 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
     if catalog is None:
         catalog = load_catalog(settings.libraries, cache_dir=settings.cache_dir, max_bytes=settings.max_library_bytes)
     state = HostState(settings, catalog, access or AccessControl.from_file(settings.access))
+    watcher = LibraryWatcher(state, settings.libraries, cache_dir=settings.cache_dir,
+                             max_bytes=settings.max_library_bytes, interval=settings.watch_interval)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if settings.watch_interval > 0:
+            watcher.start()
+            with suppress(NotImplementedError, RuntimeError, ValueError):  # no signals off the main thread
+                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, watcher.request_reload)
+        yield
+        if settings.watch_interval > 0:
+            watcher.stop()
+
     app = Starlette(
         routes=[
             Route("/", query_endpoint, methods=["POST"]),
@@ -84,11 +118,15 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
         ],
         middleware=[
             Middleware(PolymathLinkHeader),
-            Middleware(BodySizeLimit, max_bytes=settings.max_body_bytes),
+            Middleware(AccessLog, metrics=state.metrics, generation=lambda: state.catalog.generation),
+            Middleware(RateLimit, per_second=settings.rate_limit_per_second, burst=settings.rate_limit_burst),
+            Middleware(RequestBodyGuard, max_bytes=settings.max_body_bytes, read_timeout=settings.body_read_timeout),
         ],
+        lifespan=lifespan,
         exception_handlers={HTTPError: on_refused, HTTPException: on_starlette_error, Exception: on_crash},
     )
     app.state.host = state
+    app.state.watcher = watcher
     return app
 
 

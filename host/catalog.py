@@ -161,20 +161,27 @@ def load_catalog(
     root: Path,
     *,
     cache_dir: Path | None = None,
-    generation: int = 1,
+    previous: Catalog | None = None,
     max_bytes: int = DEFAULT_MAX_SOURCE_BYTES,
     progress: Callable[[str], None] | None = None,
 ) -> Catalog:
-    """Load every library under `root`, compiling what changed.
+    """Load every library under `root`, compiling what changed, as the next generation.
 
     A bad file is reported in `problems` (one line each, naming the file) and skipped: one
-    publisher's broken file must not take the others offline.
+    publisher's broken file must not take the others offline. With `previous` (a reload), an
+    unchanged library is reused as it is, and a library whose file went bad keeps serving its
+    previous version.
     """
     cache_dir = cache_dir or default_cache_dir(root)
+    earlier = {library.name: library for library in previous.libraries} if previous else {}
     loaded: list[CompiledLibrary] = []
     problems: list[str] = []
     for entry in discover(root):
+        before = earlier.get(entry.name)
         try:
+            if before is not None and before.source_key.matches_stat(entry.path.stat()):
+                loaded.append(before)
+                continue
             library, compiled = load_library(
                 entry.path,
                 cache_dir / entry.name,
@@ -183,12 +190,16 @@ def load_catalog(
                 max_bytes=max_bytes,
             )
         except (LibraryFormatError, OSError) as problem:
-            problems.append(f"{entry.path}: {problem}")
+            kept = "; still serving its previous version" if before is not None else ""
+            problems.append(f"{entry.path}: {problem}{kept}")
+            if before is not None:
+                loaded.append(before)
             continue
         if progress:
             verb = "compiled" if compiled else "opened"
             progress(f"{verb} {entry.name}: {library.bit_count} bits, {library.embedding_model}")
         loaded.append(library)
+    generation = previous.generation + 1 if previous else 1
     return Catalog(generation, tuple(loaded), group_by_model(loaded), tuple(problems))
 
 

@@ -53,6 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"largest request body accepted (default {Settings.max_body_bytes:,})")
     serve.add_argument("--max-count", type=int, default=Settings.max_count, metavar="N",
                        help=f"largest count a query may ask for (default {Settings.max_count:,})")
+    serve.add_argument("--body-read-timeout", type=float, default=Settings.body_read_timeout, metavar="SECONDS",
+                       help=f"longest wait for the next chunk of a request body (default {Settings.body_read_timeout:g})")
+    serve.add_argument("--rate-limit", type=float, default=Settings.rate_limit_per_second, metavar="PER_SECOND",
+                       help="requests per second allowed per client (its token, else its address) and worker; "
+                            "0 (default) means no limit")
+    serve.add_argument("--rate-burst", type=int, default=Settings.rate_limit_burst, metavar="N",
+                       help=f"requests a client may make at once above the rate (default {Settings.rate_limit_burst})")
+    serve.add_argument("--watch-interval", type=float, default=Settings.watch_interval, metavar="SECONDS",
+                       help="how often to look for published, changed or deleted library files "
+                            f"(default {Settings.watch_interval:g}; 0 turns it off; SIGHUP reloads at once)")
     serve.add_argument("--search", choices=["auto", "exact", "approximate"], default="auto",
                        help="exact scans every vector; approximate scans sign-bit codes first and re-scores "
                             "the nearest exactly; auto (default) is approximate for models with at least "
@@ -117,6 +127,10 @@ def serve_command(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         max_count=args.max_count,
         max_library_bytes=args.max_library_bytes,
+        body_read_timeout=args.body_read_timeout,
+        rate_limit_per_second=args.rate_limit,
+        rate_limit_burst=args.rate_burst,
+        watch_interval=args.watch_interval,
         search=args.search,
         approximate_from_bits=args.approximate_from,
         oversample=args.oversample,
@@ -135,13 +149,13 @@ def serve_command(args: argparse.Namespace) -> int:
         # open the libraries this process has just compiled.
         os.environ[ENVIRONMENT_VARIABLE] = settings.to_environment()
         uvicorn.run("host.app:app_from_environment", factory=True, host=args.host, port=args.port,
-                    workers=args.workers, log_level=args.log_level)
+                    workers=args.workers, log_level=args.log_level, access_log=False)
     else:
         app = create_app(settings, catalog=catalog, access=access_control)
         # uvicorn re-raises SIGTERM after its graceful shutdown, which would kill us with -15;
         # a stop we were asked for is a clean exit (0), as it already is with --workers N.
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
     return 0
 
 

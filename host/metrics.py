@@ -13,9 +13,7 @@ class Metrics:
         self._lock = threading.Lock()
         self._counters: dict[tuple[str, tuple[tuple[str, str], ...]], float] = defaultdict(float)
         self._gauges: dict[str, float] = {}
-        self._buckets = [0] * len(LATENCY_BUCKETS)
-        self._latency_sum = 0.0
-        self._latency_count = 0
+        self._histograms = {name: _Histogram() for name in ("polymath_query_seconds", "polymath_request_seconds")}
 
     def count(self, name: str, amount: float = 1, **labels: str) -> None:
         with self._lock:
@@ -27,11 +25,11 @@ class Metrics:
 
     def observe_query_seconds(self, seconds: float) -> None:
         with self._lock:
-            self._latency_sum += seconds
-            self._latency_count += 1
-            for position, bound in enumerate(LATENCY_BUCKETS):
-                if seconds <= bound:
-                    self._buckets[position] += 1
+            self._histograms["polymath_query_seconds"].observe(seconds)
+
+    def observe_request_seconds(self, seconds: float) -> None:
+        with self._lock:
+            self._histograms["polymath_request_seconds"].observe(seconds)
 
     def render(self) -> str:
         with self._lock:
@@ -40,12 +38,30 @@ class Metrics:
                 label_text = ",".join(f'{key}="{_escape(value_)}"' for key, value_ in labels)
                 lines.append(f"{name}{{{label_text}}} {value:g}" if labels else f"{name} {value:g}")
             lines += [f"{name} {value:g}" for name, value in sorted(self._gauges.items())]
-            for bound, observed in zip(LATENCY_BUCKETS, self._buckets):
-                lines.append(f'polymath_query_seconds_bucket{{le="{bound}"}} {observed}')
-            lines.append(f'polymath_query_seconds_bucket{{le="+Inf"}} {self._latency_count}')
-            lines.append(f"polymath_query_seconds_sum {self._latency_sum:.6f}")
-            lines.append(f"polymath_query_seconds_count {self._latency_count}")
+            for name, histogram in self._histograms.items():
+                lines += histogram.render(name)
         return "\n".join(lines) + "\n"
+
+
+class _Histogram:
+    def __init__(self) -> None:
+        self.buckets = [0] * len(LATENCY_BUCKETS)
+        self.total = 0.0
+        self.count = 0
+
+    def observe(self, seconds: float) -> None:
+        self.total += seconds
+        self.count += 1
+        for position, bound in enumerate(LATENCY_BUCKETS):
+            if seconds <= bound:
+                self.buckets[position] += 1
+
+    def render(self, name: str) -> list[str]:
+        lines = [f'{name}_bucket{{le="{bound}"}} {observed}' for bound, observed in zip(LATENCY_BUCKETS, self.buckets)]
+        lines.append(f'{name}_bucket{{le="+Inf"}} {self.count}')
+        lines.append(f"{name}_sum {self.total:.6f}")
+        lines.append(f"{name}_count {self.count}")
+        return lines
 
 
 def _escape(value: str) -> str:

@@ -23,6 +23,10 @@ class Settings:
     max_form_fields: int = 32
     query_cache_entries: int = 2048
     max_library_bytes: int = DEFAULT_MAX_SOURCE_BYTES
+    body_read_timeout: float = 10.0  # seconds allowed between chunks of a request body
+    rate_limit_per_second: float = 0.0  # per client and worker; 0 turns rate limiting off
+    rate_limit_burst: int = 60
+    watch_interval: float = 1.0  # seconds between looks for changed library files; 0 turns it off
     search: str = "auto"  # exact | approximate | auto (approximate from `approximate_from_bits`)
     approximate_from_bits: int = 100_000
     oversample: int = 1000
