@@ -102,12 +102,22 @@ def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def configure_logging(level: str) -> None:
+    """Service logs as text on stderr; the access log as bare JSON lines on stdout, for log shippers."""
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    access_lines = logging.StreamHandler(sys.stdout)
+    access_lines.setFormatter(logging.Formatter("%(message)s"))
+    access_log = logging.getLogger("polymath_host.access_log")
+    access_log.addHandler(access_lines)
+    access_log.propagate = False
+
+
 def serve_command(args: argparse.Namespace) -> int:
     import uvicorn
 
     from host.app import create_app
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(args.log_level)
     if not args.libraries.exists():
         _say(f"error: {args.libraries} does not exist; pass --libraries PATH (a folder of library files)")
         return 1

@@ -156,6 +156,7 @@ class AccessLog:
             self.metrics.count("polymath_requests_total", method=scope["method"], status=str(status))
             self.metrics.observe_request_seconds(seconds)
             access_log.info(json.dumps({
+                "time": round(time.time(), 3),
                 "method": scope["method"],
                 "path": scope["path"],
                 "status": status,
