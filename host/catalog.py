@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -13,7 +12,6 @@ import numpy as np
 from host.library_format import LibraryFormatError
 from host.store import DEFAULT_MAX_SOURCE_BYTES, CompiledLibrary, load_library
 
-log = logging.getLogger("polymath_host.catalog")
 COMPILED_FOLDER = ".compiled"
 
 
@@ -50,7 +48,7 @@ def discover(root: Path) -> list[LibraryFile]:
     found = []
     for path in sorted(root.rglob("*.json")):
         relative = path.relative_to(root)
-        if is_library_file(relative):
+        if is_library_file(relative) and path.is_file():
             found.append(LibraryFile(path, relative.with_suffix("").as_posix(), access_tag_for(relative)))
     return found
 
@@ -70,7 +68,8 @@ class ModelIndex:
     token_counts: np.ndarray
     tag_ids: np.ndarray  # into `tags`; 0 is public
     tags: tuple[str, ...]
-    first_copy: np.ndarray | None  # bool per row, None when there are no duplicates
+    ids: np.ndarray  # canonical ids (S32) of every row
+    has_duplicates: bool  # the same bit in two libraries
     _masks: dict[frozenset[str], np.ndarray | None] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -84,11 +83,6 @@ class ModelIndex:
         offsets = np.zeros(len(libraries) + 1, dtype=np.int64)
         np.cumsum([library.bit_count for library in libraries], out=offsets[1:])
         ids = np.concatenate([library.ids for library in libraries])
-        first_copy = None
-        _, first_rows = np.unique(ids, return_index=True)
-        if len(first_rows) < len(ids):
-            first_copy = np.zeros(len(ids), dtype=bool)
-            first_copy[first_rows] = True
         return cls(
             model=libraries[0].embedding_model,
             dimension=libraries[0].dimension,
@@ -97,7 +91,8 @@ class ModelIndex:
             token_counts=np.concatenate([library.token_counts for library in libraries]).astype(np.int64),
             tag_ids=np.concatenate(tag_ids),
             tags=tuple(tags),
-            first_copy=first_copy,
+            ids=ids,
+            has_duplicates=len(np.unique(ids)) < len(ids),
         )
 
     @property
@@ -130,11 +125,16 @@ class ModelIndex:
 
     def _mask_for(self, granted: frozenset[str]) -> np.ndarray | None:
         allowed = [0, *(self.tags.index(tag) for tag in granted)]
-        if len(allowed) == len(self.tags) and self.first_copy is None:
+        if len(allowed) == len(self.tags) and not self.has_duplicates:
             return None
         mask = np.isin(self.tag_ids, allowed)
-        if self.first_copy is not None:
-            mask &= self.first_copy
+        if self.has_duplicates:
+            # The first copy *this caller may see* wins, so a private copy listed first never
+            # hides the public one from a caller without the tag.
+            rows = np.flatnonzero(mask)
+            _, first = np.unique(self.ids[rows], return_index=True)
+            mask = np.zeros(len(mask), dtype=bool)
+            mask[rows[first]] = True
         return mask
 
 
@@ -200,19 +200,24 @@ def load_catalog(
             progress(f"{verb} {entry.name}: {library.bit_count} bits, {library.embedding_model}")
         loaded.append(library)
     generation = previous.generation + 1 if previous else 1
-    return Catalog(generation, tuple(loaded), group_by_model(loaded), tuple(problems))
+    models, kept, conflicts = group_by_model(loaded)
+    return Catalog(generation, tuple(kept), models, tuple(problems + conflicts))
 
 
-def group_by_model(libraries: Iterable[CompiledLibrary]) -> dict[str, ModelIndex]:
+def group_by_model(libraries: Iterable[CompiledLibrary]) -> tuple[dict[str, ModelIndex], list[CompiledLibrary], list[str]]:
+    """Index libraries by model. A library whose dimension differs from its model's first is refused."""
     groups: dict[str, list[CompiledLibrary]] = {}
+    kept: list[CompiledLibrary] = []
+    problems: list[str] = []
     for library in libraries:
+        members = groups.setdefault(library.embedding_model, [])
+        if members and library.bit_count and library.dimension != members[0].dimension:
+            problems.append(
+                f"{library.source}: dimension {library.dimension} differs from {members[0].dimension} "
+                f"of {members[0].name}, the first library of {library.embedding_model}"
+            )
+            continue
+        kept.append(library)
         if library.bit_count:
-            groups.setdefault(library.embedding_model, []).append(library)
-    indexes = {}
-    for model, members in groups.items():
-        dimensions = {library.dimension for library in members}
-        if len(dimensions) > 1:
-            log.error("model %s has libraries of dimensions %s; using the first", model, sorted(dimensions))
-            members = [library for library in members if library.dimension == members[0].dimension]
-        indexes[model] = ModelIndex.build(tuple(members))
-    return indexes
+            members.append(library)
+    return {model: ModelIndex.build(tuple(members)) for model, members in groups.items() if members}, kept, problems

@@ -131,7 +131,8 @@ def upgrade_version_0(data: dict[str, Any]) -> dict[str, Any]:
             ids = sort["ids"]
             if not isinstance(ids, list) or any(key not in content for key in ids):
                 raise LibraryFormatError("sort.ids: must list ids that are keys of content")
-            order = list(dict.fromkeys(ids))
+            # Bits the list leaves out follow it in key order: an upgrade loses nothing.
+            order = list(dict.fromkeys([*ids, *content]))
     elif sort is not None:
         raise LibraryFormatError(f"sort: a version 0 sort must be an object, got {sort!r}")
     upgraded = {key: value for key, value in data.items() if key not in ("content", "sort")}

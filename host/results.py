@@ -64,7 +64,7 @@ def _bits(index: ModelIndex, selection: Selection, omit: Omit, binary: bool) -> 
         if position == 0 and selection.first_bit_cut_to is not None:
             text = cut_text_to_tokens(text, token_count, selection.first_bit_cut_to)
             token_count = selection.first_bit_cut_to
-        bit: dict[str, Any] = {}
+        bit: dict[str, Any] = {"id": library.bit_id(local)}  # stable: clients compare bits by it
         if "text" not in omit:
             bit["text"] = text
         if "embedding" not in omit:

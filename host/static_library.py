@@ -16,6 +16,7 @@ def publish_library(library: CompiledLibrary, granted: frozenset[str]) -> dict[s
     for row in rows.tolist():
         record = library.record(row)
         bits.append({
+            "id": library.bit_id(row),
             "text": record["text"],
             "embedding": encode_embedding(library.embeddings[row]),
             "token_count": int(library.token_counts[row]),

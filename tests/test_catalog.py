@@ -278,3 +278,26 @@ def test_real_version_0_library_keeps_its_content_order(fixtures_dir, tmp_path):
     assert urls == [bit["info"]["url"] for bit in content.values()]
     norms = np.linalg.norm(library.embeddings, axis=1)
     assert np.allclose(norms, 1, atol=1e-3)  # real ada-002 vectors, decoded the right way round
+
+
+def test_a_private_copy_listed_first_does_not_hide_the_public_copy(tmp_path):
+    root = tmp_path / "libraries"
+    shared = distinct_library("shared.example", 2)
+    write_library(root / "access" / "staff" / "drafts.json", shared)  # sorts before "public.json"
+    write_library(root / "public.json", shared)
+    index = load(root).models[TEST_MODEL]
+
+    assert index.visible_rows(frozenset()).tolist() == [False, False, True, True]
+    assert index.visible_rows(frozenset({"staff"})).tolist() == [True, True, False, False]
+
+
+def test_a_library_whose_dimension_differs_from_its_models_first_is_a_named_problem(tmp_path):
+    root = tmp_path / "libraries"
+    library_file(root / "a.json", count=2)
+    write_library(root / "b.json", make_library(unit_vectors(2, dimension=4)))
+
+    catalog = load(root)
+
+    assert [library.name for library in catalog.libraries] == ["a"]
+    assert len(catalog.problems) == 1
+    assert "b.json: dimension 4 differs from 8 of a" in catalog.problems[0]

@@ -640,7 +640,7 @@ async def test_a_published_library_holds_only_public_bits_for_anonymous_callers(
     assert urls(published) == [url_of(row) for row in range(10)]
     assert published["details"]["counts"]["bits"] == 10
     for bit, vector in zip(published["bits"], PUBLIC):
-        assert set(bit) == {"text", "embedding", "token_count", "info"}
+        assert set(bit) == {"id", "text", "embedding", "token_count", "info"}
         assert base64.b64decode(bit["embedding"]) == vector.astype("<f4").tobytes()
 
 

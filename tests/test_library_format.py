@@ -301,6 +301,11 @@ def test_version_0_sort_ids_set_the_order_and_type_becomes_the_sort_string():
     assert parsed.sort == "manual"
 
 
+def test_version_0_bits_left_out_of_sort_ids_follow_in_key_order():
+    parsed = parse_library(version_0(["a", "b", "c"], sort={"type": "manual", "ids": ["c"]}))
+    assert urls(parsed) == ["https://example.com/2", "https://example.com/0", "https://example.com/1"]
+
+
 def test_version_0_sort_without_ids_keeps_key_order():
     parsed = parse_library(version_0(["x", "y"], sort={"type": "random"}))
     assert urls(parsed) == ["https://example.com/0", "https://example.com/1"] and parsed.sort == "random"

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from host.catalog import ModelIndex, load_catalog
 from host.engine import Selection, rank
-from host.library_format import parse_omit
+from host.library_format import canonical_id, parse_omit
 from host.results import build_result, cut_text_to_tokens
 from librarian import TEST_MODEL, make_bit, unit_vectors, write_library
 
@@ -65,7 +65,7 @@ def test_bits_carry_exactly_the_keys_not_omitted(index: ModelIndex, omit: object
 
     assert result["omit"] == wire
     assert len(result["bits"]) == 6
-    assert all(set(bit) == WHOLE_BIT - omitted for bit in result["bits"])
+    assert all(set(bit) == (WHOLE_BIT - omitted) | {"id"} for bit in result["bits"])
 
 
 @pytest.mark.parametrize("omit", ["*", ["*"], " * "])
@@ -196,3 +196,10 @@ def test_cut_text_is_a_prefix_of_whole_words(words: list[str], separator: str, t
     all_words = re.findall(r"\S+", text)
     assert kept == all_words[: len(kept)]
     assert len(kept) == (len(all_words) if budget >= token_count else len(all_words) * budget // token_count)
+
+
+def test_every_bit_carries_its_canonical_id(index: ModelIndex) -> None:
+    result = build_result(index, everything(index), parse_omit(""))
+
+    for bit in result["bits"]:
+        assert bit["id"] == canonical_id(bit["info"]["url"], bit["text"])
