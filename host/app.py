@@ -57,7 +57,7 @@ class HostState:
         self.catalog = catalog
         self.access = access
         self.metrics = Metrics()
-        self._cache: LRUCache[tuple[Any, ...], bytes] = LRUCache(maxsize=settings.query_cache_entries)
+        self._cache: LRUCache[tuple[Any, ...], bytes] = LRUCache(maxsize=max(1, settings.query_cache_entries))
         self._published: LRUCache[tuple[Any, ...], tuple[bytes, str]] = LRUCache(maxsize=64)
         self._lock = threading.Lock()
         self._describe(catalog)
@@ -290,7 +290,7 @@ async def _answer(
         return render_msgpack(result) if binary else render_json(result)
 
     body = await run_in_threadpool(compute)
-    if key is not None:
+    if key is not None and state.settings.query_cache_entries:
         state.remember(state._cache, key, body)
     return body
 

@@ -65,13 +65,13 @@ def parse_omit(value: Any) -> Omit:
         if parts == [] or parts == [""]:
             return Omit()
     else:
-        raise LibraryFormatError(f"omit must be a string or a list of strings, got {value!r}")
+        raise LibraryFormatError(f"omit must be a string or a list of strings, got {value!r:.80}")
     for part in parts:
         if part in (OMIT_ALL, ""):
-            raise LibraryFormatError(f"omit: {part!r} must stand alone, got {value!r}")
+            raise LibraryFormatError(f"omit: {part!r} must stand alone, got {value!r:.80}")
         if part not in OMITTABLE_KEYS:
             raise LibraryFormatError(
-                f"omit: unknown key {part!r}; expected one of {', '.join(OMITTABLE_KEYS)}, '' or '*'"
+                f"omit: unknown key {part!r:.40}; expected one of {', '.join(OMITTABLE_KEYS)}, '' or '*'"
             )
     return Omit(keys=frozenset(parts))
 
