@@ -36,7 +36,7 @@ def parse_query_args(fields: Mapping[str, Any], *, max_count: int, max_embedding
     version = _positive_int(fields, "version", FORMAT_VERSION)
     if version < FORMAT_VERSION:
         raise bad_request(f"version must be >= {FORMAT_VERSION}, got {version}")
-    count = _positive_int(fields, "count", DEFAULT_COUNT)
+    count = _positive_int(fields, "count", min(DEFAULT_COUNT, max_count))  # a lower --max-count caps the default
     if count > max_count:
         raise bad_request(f"count must be at most {max_count}, got {count}")
     count_type = _text(fields, "count_type") or "token"
