@@ -38,7 +38,7 @@ def parse_query_args(fields: Mapping[str, Any], *, max_count: int, max_embedding
         raise bad_request(f"version must be >= {FORMAT_VERSION}, got {version}")
     count = _positive_int(fields, "count", min(DEFAULT_COUNT, max_count))  # a lower --max-count caps the default
     if count > max_count:
-        raise bad_request(f"count must be at most {max_count}, got {count}")
+        raise bad_request(f"count must be at most {max_count}, got {count!s:.40}")
     count_type = _text(fields, "count_type") or "token"
     if count_type not in COUNT_TYPES:
         raise bad_request(f"count_type must be 'token' or 'bit', got {count_type!r:.40}")
@@ -76,7 +76,7 @@ def _positive_int(fields: Mapping[str, Any], name: str, default: int) -> int:
     except ValueError:
         raise bad_request(f"{name} must be a positive integer, got {value!r:.40}") from None
     if number < 1:
-        raise bad_request(f"{name} must be a positive integer, got {number}")
+        raise bad_request(f"{name} must be a positive integer, got {number!s:.40}")
     return number
 
 
