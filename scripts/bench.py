@@ -404,6 +404,8 @@ def step_encoding(index: ModelIndex, config: argparse.Namespace, rng: np.random.
     queries = near_queries(matrix_of(index), 16, rng)
     selections = [host_search(index)(q) for q in queries]
     result: dict[str, Any] = {"bits_in_result": float(np.median([len(s.rows) for s in selections]))}
+    for selection in selections:  # the first read of each record pages it in: not what is measured here
+        build_result(index, selection, parse_omit(""))
     for omit_text in ("embedding", ""):
         omit = parse_omit(omit_text)
         for fmt in ("json", "msgpack"):
@@ -586,13 +588,12 @@ class Server:
         self.stop()
 
 
-def step_coldstart(workdir: Path, folder: Path, bits: int, rng: np.random.Generator, index: ModelIndex) -> dict[str, Any]:
-    body = query_body(near_queries(matrix_of(index), 1, rng)[0])
+def step_coldstart(workdir: Path, folder: Path, bodies: list[bytes]) -> dict[str, Any]:
     with Server(workdir, folder) as server:
-        seconds = server.first_answer(body, timeout=300)
+        seconds = server.first_answer(bodies[0], timeout=300)
         loaded = server.loaded_line()
         started = time.perf_counter()
-        status, _ = post(server.port, query_body(near_queries(matrix_of(index), 1, rng)[0]))
+        post(server.port, bodies[1])
         second = time.perf_counter() - started
     return {"first_answer": seconds, "second_answer": second, "server_says": loaded}
 
@@ -615,6 +616,11 @@ def process_tree(root: int) -> list[int]:
     return tree
 
 
+def mapped_here(path: Path) -> bool:
+    """Whether this process maps `path`: its mapping would take a share of the server's PSS."""
+    return str(path.resolve()) in Path("/proc/self/maps").read_text()
+
+
 def smaps_rollup(pid: int) -> dict[str, int]:
     values = {}
     for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
@@ -633,9 +639,10 @@ def command_line(pid: int) -> str:
     return "?"
 
 
-def step_memory(workdir: Path, folder: Path, index: ModelIndex, rng: np.random.Generator, queries: int) -> dict[str, Any]:
-    result: dict[str, Any] = {"matrix_bytes": int(matrix_of(index).nbytes)}
-    bodies = [query_body(q) for q in near_queries(matrix_of(index), queries, rng)]
+def step_memory(workdir: Path, folder: Path, bodies: list[bytes]) -> dict[str, Any]:
+    matrix = folder / ".compiled" / "bench" / "embeddings.npy"
+    result: dict[str, Any] = {"matrix_bytes": matrix.stat().st_size, "queries": len(bodies),
+                              "mapped_by_this_process": mapped_here(matrix)}
     for workers in (1, 2):
         with Server(workdir, folder, workers=workers, search="exact") as server:
             server.first_answer(bodies[0], timeout=300)
@@ -668,9 +675,10 @@ def step_memory(workdir: Path, folder: Path, index: ModelIndex, rng: np.random.G
 # ---- HTTP with wrk ---------------------------------------------------------------------------
 
 WRK_SCRIPT = r"""
--- POST / with one query embedding. In "vary" mode three base64 characters that hold only the
--- lowest mantissa byte of three floats change per request: the ranking is the same work, but
--- every request misses the host's answer cache (keyed by the exact vector bytes).
+-- POST / with one query embedding. In "vary" mode four base64 characters that hold only the
+-- lowest mantissa byte of four floats change per request: the ranking is the same work, but
+-- every request misses the host's answer cache (keyed by the exact vector bytes). Each run
+-- starts its counter at its own offset, so no run repeats another's vectors.
 local counter = 0
 local alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 local threads = {}
@@ -686,10 +694,11 @@ function init(args)
   local body = file:read("*a")
   file:close()
   accept, mode = args[2], args[3]
+  local offset = tonumber(args[4])
   local s, e = body:find('"query_embedding": "', 1, true)
   local close = body:find('"', e + 1, true)
   prefix, embedding, suffix = body:sub(1, e), body:sub(e + 1, close - 1), body:sub(close)
-  counter = id * 100000
+  counter = offset + id * 1000000
 end
 
 local function char(n) return alphabet:sub(n % 64 + 1, n % 64 + 1) end
@@ -700,7 +709,8 @@ function request()
     counter = counter + 1
     local n = counter
     vector = embedding:sub(1, 16) .. char(n) .. embedding:sub(18, 32) .. char(math.floor(n / 64))
-          .. embedding:sub(34, 48) .. char(math.floor(n / 4096)) .. embedding:sub(50)
+          .. embedding:sub(34, 48) .. char(math.floor(n / 4096)) .. embedding:sub(50, 64)
+          .. char(math.floor(n / 262144)) .. embedding:sub(66)
   end
   return wrk.format("POST", "/", {["Content-Type"] = "application/json", ["Accept"] = accept},
                     prefix .. vector .. suffix)
@@ -721,19 +731,24 @@ def check_vary_mode(query: np.ndarray) -> None:
     encoded = base64.b64encode(np.asarray(query, dtype="<f4").tobytes()).decode()
     alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
     changed = list(encoded)
-    for position in (16, 32, 48):
+    for position in (16, 32, 48, 64):
         changed[position] = alphabet[(alphabet.index(changed[position]) + 37) % 64]
     vector = np.frombuffer(base64.b64decode("".join(changed)), dtype="<f4")
     difference = np.abs(vector - query)
-    assert np.isfinite(vector).all() and np.count_nonzero(difference) <= 3 and difference.max() < 1e-4, difference.max()
+    assert np.isfinite(vector).all() and np.count_nonzero(difference) <= 4 and difference.max() < 1e-4, difference.max()
 
 
-def run_wrk(workdir: Path, port: int, body: bytes, accept: str, mode: str, seconds: float) -> dict[str, Any]:
+WRK_RUNS = iter(range(1, 1 << 20))  # each run's vectors start at its own offset: no cross-run cache hits
+
+
+def run_wrk(workdir: Path, port: int, body: bytes, accept: str, mode: str, seconds: float,
+            connections: int = 2) -> dict[str, Any]:
     script, body_file = workdir / "post.lua", workdir / f"body-{port}.json"
+    offset = next(WRK_RUNS) * 2_000_000
     script.write_text(WRK_SCRIPT)
     body_file.write_bytes(body)
-    command = ["wrk", "-t2", "-c2", f"-d{max(1, round(seconds))}s", "--timeout", "30s", "-s", str(script),
-               f"http://127.0.0.1:{port}/", "--", str(body_file), accept, mode]
+    command = ["wrk", f"-t{connections}", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "30s", "-s", str(script),
+               f"http://127.0.0.1:{port}/", "--", str(body_file), accept, mode, str(offset)]
     finished = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 120)
     line = next((line for line in finished.stdout.splitlines() if line.startswith("WRK_RESULT ")), None)
     if line is None:
@@ -747,27 +762,30 @@ def run_wrk(workdir: Path, port: int, body: bytes, accept: str, mode: str, secon
 
 HTTP_CONFIGS = {  # name: (--search, extra environment)
     "auto": (None, {}),
+    "auto, 1 BLAS thread": (None, {"OPENBLAS_NUM_THREADS": "1"}),
     "exact": ("exact", {}),
     "exact, 1 BLAS thread": ("exact", {"OPENBLAS_NUM_THREADS": "1"}),
 }
 
 
-def step_http(workdir: Path, folder: Path, index: ModelIndex, rng: np.random.Generator, seconds: float,
-              configs: list[str]) -> dict[str, Any]:
-    """wrk runs: the first configuration in JSON (new and repeated queries) and msgpack, the others in JSON."""
-    query = near_queries(matrix_of(index), 1, rng)[0]
+def step_http(workdir: Path, folder: Path, bits: int, query: np.ndarray, seconds: float, configs: list[str],
+              single_connection: bool) -> dict[str, Any]:
+    """wrk runs: the first configuration in JSON (new and repeated queries) and msgpack, the others
+    in JSON; with `single_connection`, every configuration once more with one connection."""
     check_vary_mode(query)
     body = query_body(query)
     result = {}
     for position, config in enumerate(configs):
         search, environment = HTTP_CONFIGS[config]
-        runs = [("json", "vary"), ("json", "fixed"), ("msgpack", "vary")] if position == 0 else [("json", "vary")]
+        runs = [("json", "vary", 2), ("json", "fixed", 2), ("msgpack", "vary", 2)] if position == 0 else [("json", "vary", 2)]
+        if single_connection or position == 0:
+            runs.append(("json", "vary", 1))
         with Server(workdir, folder, search=search, environment=environment) as server:
             server.first_answer(body, timeout=300)
-            for kind, mode in runs:
-                name = f"{config} / {kind} / {mode}"
-                say(f"http {label(index.bit_count)}: wrk {name} for {seconds:.0f} s")
-                result[name] = run_wrk(workdir, server.port, body, f"application/{kind}", mode, seconds)
+            for kind, mode, connections in runs:
+                name = f"{config} / {kind} / {mode}" + (" / 1 connection" if connections == 1 else "")
+                say(f"http {label(bits)}: wrk {name} for {seconds:.0f} s")
+                result[name] = run_wrk(workdir, server.port, body, f"application/{kind}", mode, seconds, connections)
     return result
 
 
@@ -842,7 +860,7 @@ def main(argv: list[str] | None = None) -> int:
         index = open_index(folder, bits)
         say(f"{label(bits)}: warming the page cache")
         warm(matrix_of(index))
-        entry: dict[str, Any] = {}
+        entry: dict[str, Any] = {"load_average_before": [round(value, 2) for value in os.getloadavg()]}
         results["sizes"][bits] = entry
         if "latency" in steps:
             say(f"{label(bits)}: exact latency vs floor")
@@ -855,17 +873,25 @@ def main(argv: list[str] | None = None) -> int:
             entry["encoding"] = step_encoding(index, args, rng)
         if "compile" in steps and bits in args.compile_sizes:
             entry["compile"] = step_compile(args.workdir, index, bits, args.seed, breakdown=True)
-        if "coldstart" in steps:
-            say(f"{label(bits)}: cold start")
-            entry["coldstart"] = step_coldstart(args.workdir, folder, bits, rng, index)
-        if "memory" in steps and bits == mid:
-            say(f"{label(bits)}: memory with 1 and 2 workers")
-            entry["memory"] = step_memory(args.workdir, folder, index, rng, 20 if args.quick else 60)
-        if "http" in steps and bits in (10_000, 100_000):
-            configs = ["auto", "exact, 1 BLAS thread"] if bits < 100_000 else ["auto", "exact", "exact, 1 BLAS thread"]
-            entry["http"] = step_http(args.workdir, folder, index, rng, args.http_seconds, configs)
+        # Servers next: this process lets go of the matrix first, so that it takes no share of
+        # the servers' PSS (the page cache stays warm).
+        queries = near_queries(matrix_of(index), 2 + (20 if args.quick else 60) + 1, rng)
+        bodies = [query_body(query) for query in queries]
         del index
         gc.collect()
+        if "coldstart" in steps:
+            say(f"{label(bits)}: cold start")
+            entry["coldstart"] = step_coldstart(args.workdir, folder, bodies[:2])
+        if "memory" in steps and bits == mid:
+            say(f"{label(bits)}: memory with 1 and 2 workers")
+            entry["memory"] = step_memory(args.workdir, folder, bodies[2:-1])
+        if "http" in steps and bits in (10_000, 100_000):
+            configs = ["auto", "auto, 1 BLAS thread"]
+            if bits >= 100_000:
+                configs += ["exact"] if args.quick else ["exact", "exact, 1 BLAS thread"]
+            entry["http"] = step_http(args.workdir, folder, bits, queries[-1], args.http_seconds, configs,
+                                      single_connection=not args.quick)
+        entry["load_average"] = [round(value, 2) for value in os.getloadavg()]
     if "fixtures" in steps:
         say("fixtures: recall on the real ada-002 libraries")
         results["fixtures"] = step_fixtures(args.workdir, np.random.default_rng(args.seed))
@@ -887,6 +913,9 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
     out = [f"## polymath-host benchmark ({results['started']}, {results['seconds']:.0f} s)\n",
            f"`{results['command']}` on {machine['cpus']} CPUs, {machine['memory_gib']} GiB, Python {machine['python']}, "
            f"numpy {machine['numpy']}, faiss {machine.get('faiss', 'not installed')}; {machine['platform']}\n"]
+    loads = "; ".join(f"{label(bits)}: {entry['load_average_before'][0]:.1f} -> {entry.get('load_average', ['?'])[0]}"
+                      for bits, entry in sizes.items())
+    out.append(f"1-minute load average before -> after each size (2 cores; others share the machine): {loads}\n")
     rows = []
     for bits, entry in sizes.items():
         latency = entry.get("latency")
@@ -987,7 +1016,9 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
             rows.append([f"{workers}", "", "**total**", f"{run['rss_total'] / 2**20:,.0f}", f"{run['pss_total'] / 2**20:,.0f}", "", ""])
         out.append(table(f"Server memory at {label(bits)} (--search exact, after queries; matrix {memory['matrix_bytes'] / 2**20:,.0f} MiB), MiB",
                          ["workers", "pid", "process", "RSS", "PSS", "PSS file", "PSS anon"], rows, left=3,
-                         note="RSS counts shared pages in every process; PSS splits them: the total PSS is what the host really costs."))
+                         note="RSS counts shared pages in every process; PSS splits them: the total PSS is what the host really costs."
+                         + (" (Warning: the benchmark process still mapped the matrix, so it took a share of the PSS.)"
+                            if memory["mapped_by_this_process"] else f" Measured after {memory['queries']} queries.")))
     rows = []
     for bits, entry in sizes.items():
         for name, run in (entry.get("http") or {}).items():
@@ -995,12 +1026,12 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
             rows.append([label(bits), name, ms(run["p50"]), ms(run["p99"]), f"{run['requests_per_second']:.1f}", run["requests"],
                          run["errors"], f"{run['bytes_per_response'] / 1024:.1f}", f"{original / run['p50']:,.0f}x" if original else "-"])
     if rows:
-        out.append(table(f"HTTP: wrk -t2 -c2 -d{args.http_seconds:.0f}s, POST / with a 1500-token query, one uvicorn worker",
+        out.append(table(f"HTTP: wrk -t2 -c2 -d{args.http_seconds:.0f}s (-t1 -c1 where marked), POST / with a 1500-token query, one uvicorn worker",
                          ["bits", "search / format / query", "p50 ms", "p99 ms", "req/s", "requests", "errors", "KiB/answer",
                           "faster than original"], rows, left=2,
                          note="`auto` is exact below 100k bits and approximate from 100k (the default settings); "
                          "`1 BLAS thread`: the server run with OPENBLAS_NUM_THREADS=1. "
-                         "`vary`: each request changes the lowest mantissa byte of 3 floats, so every request misses the answer "
+                         "`vary`: each request changes the lowest mantissa byte of 4 floats, so every request misses the answer "
                          "cache and is ranked; `fixed`: the same body every time (answer-cache hits after the first). Original host p50 (PERFORMANCE-NOTES): 108 ms at 1k, "
                          "1.15 s at 10k, 13 s at 100k. wrk shares the 2 cores with the server."))
     return "\n".join(out)
