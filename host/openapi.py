@@ -56,6 +56,12 @@ _LIBRARY = {
 }
 
 _JSON_BODY = {"application/json": {"schema": {"$ref": "#/components/schemas/Library"}}}
+_TOKEN_PARAMETERS = [
+    {"name": "Authorization", "in": "header", "required": False, "schema": {"type": "string"},
+     "description": "Bearer <access token>"},
+    {"name": "access_token", "in": "query", "required": False, "schema": {"type": "string"},
+     "description": "An access token, for clients that cannot set a header."},
+]
 
 OPENAPI: dict[str, Any] = {
     "openapi": "3.0.3",
@@ -78,22 +84,28 @@ OPENAPI: dict[str, Any] = {
                             "content": {**_JSON_BODY, "application/msgpack": {"schema": {"type": "string", "format": "binary"}}}},
                     "400": _error("A bad argument"),
                     "401": _error("An access token that failed verification"),
+                    "408": _error("The body did not arrive in time"),
                     "413": _error("The body is over the limit"),
                     "415": _error("An unsupported content type"),
                     "429": _error("Too many requests"),
+                    "503": _error("No libraries are loaded yet"),
                 },
             },
         },
-        "/libraries": {"get": {"summary": "The loaded libraries this caller may see", "responses": {
+        "/libraries": {"get": {"summary": "The loaded libraries this caller may see", "parameters": _TOKEN_PARAMETERS,
+                               "responses": {
             "200": {"description": "Libraries", "content": {"application/json": {"schema": {"type": "object"}}}},
-            "401": _error("An access token that failed verification")}}},
+            "401": _error("An access token that failed verification"),
+            "429": _error("Too many requests")}}},
         "/libraries/{name}.json": {"get": {
             "summary": "A library as a static file, restricted bits removed",
-            "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}],
+            "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
+                           *_TOKEN_PARAMETERS],
             "responses": {"200": {"description": "The library", "content": _JSON_BODY},
                           "304": {"description": "Not modified"},
                           "401": _error("An access token that failed verification"),
-                          "404": _error("No such library visible to this caller")}}},
+                          "404": _error("No such library visible to this caller"),
+                          "429": _error("Too many requests")}}},
         "/healthz": {"get": {"summary": "Alive", "responses": {"200": {"description": "Alive"}}}},
         "/readyz": {"get": {"summary": "Libraries loaded", "responses": {"200": {"description": "Ready"},
                                                                          "503": {"description": "Not ready"}}}},

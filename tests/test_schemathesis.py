@@ -1,0 +1,132 @@
+"""Schemathesis against a real server: every operation of /openapi.json, with generated requests.
+
+Checks, for a bounded number of examples per operation: no 500 anywhere, every status is one the
+document lists, and every response's content type, headers and body conform to the document.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from host.openapi import OPENAPI
+from conftest import RunningHost, start_host, stop_host
+from librarian import b64, make_library, unit_vectors, write_library
+
+EXAMPLES = 60  # per operation: the whole file stays within a few seconds
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
+          response_schema_conformance]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningHost]:
+    root = tmp_path_factory.mktemp("schemathesis")
+    folder = root / "libraries"
+    write_library(folder / "public.json", make_library(unit_vectors(12, dimension=8, seed=3)))
+    write_library(folder / "access" / "unpublished" / "private.json", make_library(unit_vectors(4, dimension=8, seed=4)))
+    host = start_host(folder, "--max-body-bytes", "65536")
+    yield host
+    stop_host(host)
+
+
+@pytest.fixture(scope="module")
+def api_schema(served: RunningHost) -> schemathesis.BaseSchema:
+    return schemathesis.openapi.from_url(f"{served.url}/openapi.json")
+
+
+OPERATIONS = [(method, path) for path, methods in OPENAPI["paths"].items() for method in methods]
+
+
+def test_the_document_is_the_one_served(served: RunningHost, api_schema: schemathesis.BaseSchema) -> None:
+    assert sorted((operation.ok().method, operation.ok().path) for operation in api_schema.get_all_operations()) \
+        == sorted(OPERATIONS)
+
+
+@pytest.mark.parametrize(("method", "path"), OPERATIONS, ids=[f"{method.upper()} {path}" for method, path in OPERATIONS])
+def test_every_operation_answers_without_500_and_as_documented(
+    served: RunningHost, api_schema: schemathesis.BaseSchema, method: str, path: str
+) -> None:
+    operation = api_schema[path][method.upper()]
+
+    @given(case=operation.as_strategy())
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    def answers_as_documented(case: schemathesis.Case) -> None:
+        response = case.call(base_url=served.url, timeout=10)
+        case.validate_response(response, checks=CHECKS)
+
+    answers_as_documented()
+
+
+# ---- the answers random generation rarely reaches, checked against the same document ------------
+
+
+EXPLICIT = [
+    pytest.param("/", "POST", {"body": {"query_embedding": b64(unit_vectors(1, 8, seed=9)[0]), "count": 3,
+                                        "count_type": "bit", "omit": ""}, "media_type": "application/json"},
+                 200, id="query-everything-kept"),
+    pytest.param("/", "POST", {"body": {"count": "5", "count_type": "bit", "omit": ["text", "embedding"]},
+                               "media_type": "application/x-www-form-urlencoded"}, 200, id="query-form"),
+    pytest.param("/", "POST", {"body": {"count": 3}, "media_type": "application/json",
+                               "headers": {"Accept": "application/msgpack"}}, 200, id="query-msgpack"),
+    pytest.param("/", "POST", {"body": {"count": 3, "omit": "*"}, "media_type": "multipart/form-data"}, 200,
+                 id="query-omit-everything"),
+    pytest.param("/", "POST", {"body": {"count": 3}, "media_type": "application/json",
+                               "headers": {"Authorization": "Bearer not.a-valid.jwt"}}, 401, id="query-bad-token"),
+    pytest.param("/", "POST", {"body": {"omit": "x" * 70000}, "media_type": "application/json"}, 413,
+                 id="query-too-large"),
+    pytest.param("/libraries", "GET", {"headers": {"Authorization": "Bearer not.a-valid.jwt"}}, 401,
+                 id="libraries-bad-token"),
+    pytest.param("/libraries/{name}.json", "GET", {"path_parameters": {"name": "public"}}, 200, id="library-public"),
+    pytest.param("/libraries/{name}.json", "GET", {"path_parameters": {"name": "access/unpublished/private"}}, 404,
+                 id="library-private-hidden"),
+    pytest.param("/libraries/{name}.json", "GET", {"path_parameters": {"name": "public"},
+                                                   "headers": {"Authorization": "Bearer not.a-valid.jwt"}}, 401,
+                 id="library-bad-token"),
+]
+
+
+@pytest.mark.parametrize(("path", "method", "parts", "status"), EXPLICIT)
+def test_rarer_answers_are_documented_too(
+    served: RunningHost, api_schema: schemathesis.BaseSchema, path: str, method: str, parts: dict, status: int
+) -> None:
+    case = api_schema[path][method].Case(**parts)
+    response = case.call(base_url=served.url, timeout=10)
+    assert response.status_code == status, response.text
+    case.validate_response(response, checks=CHECKS)
+
+
+def test_a_conditional_get_of_a_library_is_documented(served: RunningHost, api_schema: schemathesis.BaseSchema) -> None:
+    operation = api_schema["/libraries/{name}.json"]["GET"]
+    etag = operation.Case(path_parameters={"name": "public"}).call(base_url=served.url).headers["etag"][0]
+    case = operation.Case(path_parameters={"name": "public"}, headers={"If-None-Match": etag})
+    response = case.call(base_url=served.url)
+    assert response.status_code == 304
+    case.validate_response(response, checks=CHECKS)
+
+
+def test_a_host_with_no_libraries_yet_answers_as_documented(tmp_path_factory: pytest.TempPathFactory) -> None:
+    folder = tmp_path_factory.mktemp("empty") / "libraries"
+    folder.mkdir()
+    host = start_host(folder)
+    try:
+        empty_schema = schemathesis.openapi.from_url(f"{host.url}/openapi.json")
+        for path, method, status in (("/", "POST", 503), ("/readyz", "GET", 503), ("/libraries", "GET", 200)):
+            case = empty_schema[path][method].Case(**({"body": {}, "media_type": "application/json"}
+                                                      if method == "POST" else {}))
+            response = case.call(base_url=host.url, timeout=10)
+            assert response.status_code == status, response.text
+            # 503 is the documented "not ready yet", not a crash.
+            case.validate_response(response, checks=CHECKS if status < 500 else CHECKS[1:])
+    finally:
+        stop_host(host)
