@@ -847,6 +847,11 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.suppress(ImportError):
         import faiss  # type: ignore[import-not-found]
         machine["faiss"] = faiss.__version__
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        git = ["git", "-C", str(ROOT)]
+        machine["commit"] = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        changed = subprocess.run([*git, "status", "--porcelain", "--", "host"], capture_output=True, text=True).stdout.split("\n")
+        machine["uncommitted_host_files"] = [line[3:] for line in changed if line.strip()]
     results: dict[str, Any] = {"command": " ".join(["scripts/bench.py", *(argv if argv is not None else sys.argv[1:])]),
                                "machine": machine, "sizes": {}, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     if "http" in steps and shutil.which("wrk") is None:
@@ -912,7 +917,10 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
     machine = results["machine"]
     out = [f"## polymath-host benchmark ({results['started']}, {results['seconds']:.0f} s)\n",
            f"`{results['command']}` on {machine['cpus']} CPUs, {machine['memory_gib']} GiB, Python {machine['python']}, "
-           f"numpy {machine['numpy']}, faiss {machine.get('faiss', 'not installed')}; {machine['platform']}\n"]
+           f"numpy {machine['numpy']}, faiss {machine.get('faiss', 'not installed')}; {machine['platform']}; "
+           f"commit {machine.get('commit', '?')}"
+           + (f" with uncommitted changes to {', '.join(machine['uncommitted_host_files'])}" if machine.get("uncommitted_host_files") else "")
+           + "\n"]
     loads = "; ".join(f"{label(bits)}: {entry['load_average_before'][0]:.1f} -> {entry.get('load_average', ['?'])[0]}"
                       for bits, entry in sizes.items())
     out.append(f"1-minute load average before -> after each size (2 cores; others share the machine): {loads}\n")
