@@ -132,6 +132,11 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
 
 def app_from_environment() -> Starlette:
     """Factory for `uvicorn --factory` when serving with several workers."""
+    import os
+
+    from host.cli import configure_logging  # a worker is a fresh process: log as `serve` does
+    if not logging.getLogger("polymath_host.access_log").handlers:
+        configure_logging(os.environ.get("POLYMATH_HOST_LOG_LEVEL", "info"))
     return create_app(Settings.from_environment())
 
 
@@ -219,17 +224,23 @@ def authorize(state: HostState, token: str | None) -> Grant:
         ) from None
 
 
-def choose_model(catalog: Catalog, model: str | None) -> ModelIndex:
+def choose_model(catalog: Catalog, model: str | None, grant: Grant, *, reveal_all: bool = False) -> ModelIndex:
+    # A model with no bit this caller may see is not revealed to them: not named in errors, not
+    # answerable, not in the way of the default model. With the opt-in restricted signals on
+    # (`reveal_all`), it is answered, so the caller can be told that bits were held back.
+    models = catalog.models if reveal_all else {
+        name: index for name, index in catalog.models.items()
+        if (mask := index.visible_rows(grant.access_tags)) is None or mask.any()}
     if model is None:
-        if len(catalog.models) == 1:
-            return next(iter(catalog.models.values()))
-        if not catalog.models:
+        if len(models) == 1:
+            return next(iter(models.values()))
+        if not models:
             raise HTTPError(503, "no libraries are loaded on this host yet")
-        raise bad_request(f"query_embedding_model is required: this host serves {', '.join(sorted(catalog.models))}")
-    if model not in catalog.models:
-        served = ", ".join(sorted(catalog.models)) or "nothing yet"
+        raise bad_request(f"query_embedding_model is required: this host serves {', '.join(sorted(models))}")
+    if model not in models:
+        served = ", ".join(sorted(models)) or "nothing yet"
         raise bad_request(f"query_embedding_model {model!r:.80} is not served here; this host serves {served}")
-    return catalog.models[model]
+    return models[model]
 
 
 async def query_endpoint(request: Request) -> Response:
@@ -243,7 +254,8 @@ async def query_endpoint(request: Request) -> Response:
     token = args.access_token or bearer_token(request)
     grant = authorize(state, token)
     catalog = state.catalog
-    index = choose_model(catalog, args.model)
+    index = choose_model(catalog, args.model, grant,
+                         reveal_all=state.access.restricted_count or bool(state.access.restricted_message))
     binary = wants_msgpack(request.headers.get("accept", ""))
     body = await _answer(state, catalog, index, args, grant, binary)
     state.metrics.observe_query_seconds(time.perf_counter() - started)
@@ -270,6 +282,9 @@ async def _answer(
             return cached
 
     def compute() -> bytes:
+        # `auto` search follows the bits this caller may see, so hidden bits never switch it.
+        mask = index.visible_rows(grant.access_tags)
+        visible = index.bit_count if mask is None else int(mask.sum())
         selection = rank(
             index,
             vector,
@@ -277,7 +292,7 @@ async def _answer(
             count=args.count,
             count_type=args.count_type,
             count_restricted=restricted_count or bool(restricted_message),
-            search=state.settings.search_for(index.bit_count),
+            search=state.settings.search_for(visible),
         )
         result = build_result(
             index,
@@ -327,7 +342,7 @@ async def library_file(request: Request) -> Response:
     name = request.path_params["name"]
     library = state.catalog.library(name.removesuffix(".json")) if name.endswith(".json") else None
     if library is None or not library.visible_bit_count(grant.access_tags):
-        raise HTTPError(404, f"there is no library named {name!r:.80}")
+        raise HTTPError(404, f"there is no library named {name!r:.80}", cache_headers(token, revalidate=True))
     visible_tags = frozenset(tag for tag in grant.access_tags if tag in library.tags)
     key = (state.catalog.generation, library.name, visible_tags)
     published = state.cached(state._published, key)

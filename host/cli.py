@@ -158,6 +158,7 @@ def serve_command(args: argparse.Namespace) -> int:
         # Workers are separate processes: they get the settings through the environment and
         # open the libraries this process has just compiled.
         os.environ[ENVIRONMENT_VARIABLE] = settings.to_environment()
+        os.environ["POLYMATH_HOST_LOG_LEVEL"] = args.log_level  # workers set up their own logs from it
         uvicorn.run("host.app:app_from_environment", factory=True, host=args.host, port=args.port,
                     workers=args.workers, log_level=args.log_level, access_log=False)
     else:
