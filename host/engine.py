@@ -122,10 +122,13 @@ class _SignCodeScan:
         visible = self.index.bit_count if mask is None else int(np.count_nonzero(mask))
         wanted = count if count_type == "bit" else FIRST_GUESS_FOR_TOKENS
         pool = min(visible, max(self.oversample, GROWTH * wanted))
+        # Equal distances go to the lower row, and candidates stay in row order, so which bits
+        # fill the pool never depends on where hidden rows sit (they must influence nothing).
+        keys = distances.astype(np.int64) * len(distances) + np.arange(len(distances))
         while True:
             if pool >= visible // 2:  # nothing left to save: scan exactly
                 return _ExactScan(self.index, self.query).fill(mask, count, count_type)
-            candidates = np.argpartition(distances, pool)[:pool]
+            candidates = np.sort(np.argpartition(keys, pool)[:pool])
             scores = self.index.gather(candidates) @ self.query
             positions, cut_to, full = select(scores, self.index.token_counts[candidates], pool, count, count_type)
             if full:
