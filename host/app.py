@@ -73,8 +73,10 @@ class HostState:
         self.access.reload_if_changed()
 
     def _describe(self, catalog: Catalog) -> None:
-        self.metrics.gauge("polymath_libraries_loaded", len(catalog.libraries))
-        self.metrics.gauge("polymath_bits_loaded", sum(library.bit_count for library in catalog.libraries))
+        # /metrics is as public as every other path: it counts only what anyone may see.
+        self.metrics.gauge("polymath_public_libraries_loaded", len(catalog.public_libraries()))
+        self.metrics.gauge("polymath_public_bits_loaded",
+                           sum(library.visible_bit_count(frozenset()) for library in catalog.libraries))
         self.metrics.gauge("polymath_catalog_generation", catalog.generation)
         self.metrics.gauge("polymath_library_problems", len(catalog.problems))
 
@@ -372,7 +374,7 @@ async def readyz(request: Request) -> Response:
     catalog = host_state(request).catalog
     ready = bool(catalog.libraries)
     body = {"status": "ready" if ready else "no libraries loaded", "generation": catalog.generation,
-            "libraries": len(catalog.libraries)}
+            "public_libraries": len(catalog.public_libraries())}
     return Response(render_json(body), 200 if ready else 503, media_type=JSON)
 
 

@@ -153,6 +153,9 @@ class Catalog:
     models: dict[str, ModelIndex]
     problems: tuple[str, ...] = ()
 
+    def public_libraries(self) -> list[CompiledLibrary]:
+        return [library for library in self.libraries if library.visible_bit_count(frozenset())]
+
     def library(self, name: str) -> CompiledLibrary | None:
         return next((library for library in self.libraries if library.name == name), None)
 

@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -65,10 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
                             f"(default {Settings.watch_interval:g}; 0 turns it off; SIGHUP reloads at once)")
     serve.add_argument("--search", choices=["auto", "exact", "approximate"], default="auto",
                        help="exact scans every vector; approximate scans sign-bit codes first and re-scores "
-                            "the nearest exactly; auto (default) is approximate for models with at least "
-                            "--approximate-from bits")
+                            "the nearest exactly; auto (default) is approximate when the caller may see at least "
+                            "--approximate-from bits of the model")
     serve.add_argument("--approximate-from", type=int, default=Settings.approximate_from_bits, metavar="BITS",
-                       help=f"with --search auto, the size from which search is approximate (default {Settings.approximate_from_bits:,})")
+                       help=f"with --search auto, the number of bits a caller may see from which search is approximate (default {Settings.approximate_from_bits:,})")
     serve.add_argument("--oversample", type=int, default=Settings.oversample, metavar="N",
                        help=f"approximate search re-scores at least this many nearest codes exactly (default {Settings.oversample:,})")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -159,6 +160,18 @@ def serve_command(args: argparse.Namespace) -> int:
         # open the libraries this process has just compiled.
         os.environ[ENVIRONMENT_VARIABLE] = settings.to_environment()
         os.environ["POLYMATH_HOST_LOG_LEVEL"] = args.log_level  # workers set up their own logs from it
+        # uvicorn binds the workers' shared socket with proto 0, so asyncio never sets TCP_NODELAY on
+        # their connections and every keep-alive answer waits ~40 ms for a delayed ACK (uvicorn
+        # issue #3149). Rebuild the bound socket as TCP; the workers inherit it.
+        bind_socket = uvicorn.Config.bind_socket
+
+        def bind_tcp_socket(config: uvicorn.Config) -> socket.socket:
+            bound = bind_socket(config)
+            if bound.family not in (socket.AF_INET, socket.AF_INET6):
+                return bound
+            return socket.socket(bound.family, bound.type, socket.IPPROTO_TCP, fileno=bound.detach())
+
+        uvicorn.Config.bind_socket = bind_tcp_socket  # type: ignore[method-assign]
         uvicorn.run("host.app:app_from_environment", factory=True, host=args.host, port=args.port,
                     workers=args.workers, log_level=args.log_level, access_log=False)
     else:

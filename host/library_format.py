@@ -186,7 +186,7 @@ def _parse_bits(
     ids: list[str] = []
     records: list[dict[str, Any]] = []
     tags: list[str | None] = []
-    seen: set[str] = set()
+    seen: set[tuple[str, str | None]] = set()
     for index, bit in enumerate(bits):
         where = f"bits[{index}]"
         if not isinstance(bit, dict):
@@ -219,9 +219,11 @@ def _parse_bits(
         if tag is not None and (not isinstance(tag, str) or not tag):
             raise LibraryFormatError(f"{where}.access_tag: must be a non-empty string, got {tag!r}")
         bit_id = canonical_id(info["url"], text)
-        if bit_id in seen:
+        # One copy per tag: which copy a caller gets is decided per caller (ModelIndex), so a
+        # private copy listed first never hides a public one.
+        if (bit_id, tag) in seen:
             continue
-        seen.add(bit_id)
+        seen.add((bit_id, tag))
         matrix[len(ids)] = vector
         token_counts.append(token_count)
         ids.append(bit_id)

@@ -25,6 +25,9 @@ def render_home(catalog: Catalog, like: str | None = None) -> str:
     """The page: loaded libraries, then a random sample or the bits most like `like` (a bit id)."""
     sections = [_library_list(catalog)]
     for index in catalog.models.values():
+        public = index.visible_rows(frozenset())
+        if public is not None and not public.any():
+            continue  # a model only private libraries serve is not named here
         if like:
             vector = _public_embedding(index, like)
             if vector is not None:

@@ -301,3 +301,14 @@ def test_a_library_whose_dimension_differs_from_its_models_first_is_a_named_prob
     assert [library.name for library in catalog.libraries] == ["a"]
     assert len(catalog.problems) == 1
     assert "b.json: dimension 4 differs from 8 of a" in catalog.problems[0]
+
+
+def test_a_private_copy_first_in_the_same_file_leaves_the_public_copy_to_anonymous_callers(tmp_path):
+    root = tmp_path / "libraries"
+    library = distinct_library("mixed.example", 2)
+    library["bits"].insert(0, dict(library["bits"][1], access_tag="staff"))
+    write_library(root / "mixed.json", library)
+    index = load(root).models[TEST_MODEL]
+
+    assert index.visible_rows(frozenset()).tolist() == [False, True, True]
+    assert index.visible_rows(frozenset({"staff"})).tolist() == [True, True, False]

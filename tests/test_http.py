@@ -26,7 +26,7 @@ from access.tokens import issue_token
 from host.app import create_app
 from host.library_format import canonical_id
 from host.settings import Settings
-from librarian import TEST_MODEL, b64, brute_force_ranking, make_bit, unit_vectors, write_library
+from librarian import TEST_MODEL, b64, brute_force_ranking, make_bit, make_library, unit_vectors, write_library
 
 pytestmark = pytest.mark.anyio
 
@@ -391,7 +391,7 @@ async def test_a_host_without_libraries_is_not_ready(tmp_path: Path) -> None:
         ready = await client.get("/readyz")
         query = await client.post("/", json={})
 
-    assert ready.status_code == 503 and ready.json()["libraries"] == 0
+    assert ready.status_code == 503 and ready.json()["public_libraries"] == 0
     assert_error(query, 503, "no libraries are loaded on this host yet")
 
 
@@ -577,6 +577,17 @@ async def test_the_home_page_points_clients_at_the_endpoint_and_lists_public_lib
     assert "drafts" not in response.text
 
 
+async def test_the_home_page_never_names_a_model_only_private_libraries_serve(tmp_path: Path) -> None:
+    write_library(tmp_path / "libraries" / "science.json", library_file(bits(PUBLIC, 0)))
+    private = make_library(unit_vectors(3, 4, seed=9), model="secret:model-4")
+    write_library(tmp_path / "libraries" / "access" / "team" / "plans.json", private)
+
+    async with connect(Host(tmp_path).app()) as client:
+        page = (await client.get("/")).text
+
+    assert TEST_MODEL in page and "secret:model-4" not in page
+
+
 async def test_the_home_page_shows_only_public_bits(client: httpx.AsyncClient) -> None:
     page = (await client.get("/")).text
 
@@ -703,7 +714,7 @@ async def test_health_and_readiness(client: httpx.AsyncClient) -> None:
 
     assert health.status_code == 200 and health.json() == {"status": "ok"}
     assert ready.status_code == 200
-    assert ready.json()["status"] == "ready" and ready.json()["libraries"] == 2
+    assert ready.json()["status"] == "ready" and ready.json()["public_libraries"] == 1  # drafts.json is all private
 
 
 async def test_metrics_count_queries(client: httpx.AsyncClient) -> None:
@@ -718,7 +729,8 @@ async def test_metrics_count_queries(client: httpx.AsyncClient) -> None:
     msgpack_queries = 'polymath_queries_total{format="msgpack"}'
     assert counter(after.text, msgpack_queries) == counter(before.text, msgpack_queries) + 1
     assert counter(after.text, "polymath_query_seconds_count") == counter(before.text, "polymath_query_seconds_count") + 2
-    assert counter(after.text, "polymath_libraries_loaded") == 2
+    assert counter(after.text, "polymath_public_libraries_loaded") == 1
+    assert counter(after.text, "polymath_public_bits_loaded") == 10  # private bits are not counted
     assert all(re.fullmatch(r'[a-z_]+(\{[^}]*\})? [0-9.e+-]+', line) for line in after.text.splitlines())
 
 

@@ -363,6 +363,16 @@ def test_duplicate_bits_collapse_and_the_first_wins():
     assert urls(parsed) == ["https://example.com/0", "https://example.com/1", "https://example.com/2"]
 
 
+def test_a_private_copy_before_a_public_one_keeps_both_for_each_caller_to_get_one():
+    library = three_bit_library()
+    library["bits"].insert(0, dict(library["bits"][1], access_tag="staff"))
+
+    parsed = parse_library(library)
+
+    assert len(parsed.ids) == 4 and parsed.ids[0] == parsed.ids[2]
+    assert parsed.access_tags == ["staff", None, None, None]
+
+
 def test_same_text_at_another_url_is_another_bit():
     library = three_bit_library()
     library["bits"].append(dict(library["bits"][0], info={"url": "https://elsewhere.example/0"}))
