@@ -187,6 +187,20 @@ def test_the_compiled_cache_deleted_under_load_does_not_stop_service(two_workers
     assert all(httpx.get(f"{host.url}/libraries/after.json").status_code == 200 for _ in range(6))
 
 
+def test_workers_answer_keep_alive_requests_without_a_delayed_ack_stall(two_workers: tuple[RunningHost, Path]) -> None:
+    """uvicorn's workers socket lacks TCP_NODELAY unless serve fixes it: then each answer waits ~40 ms."""
+    host, _ = two_workers
+    timings = []
+    with httpx.Client(timeout=5) as client:  # one keep-alive connection
+        for row in range(21):
+            started = time.perf_counter()
+            assert right_answer(client.post(f"{host.url}/", json={
+                "query_embedding": b64(VECTORS[row % 10]), "query_embedding_model": TEST_MODEL,
+                "count": 2, "count_type": "bit"}), row % 10)
+            timings.append(time.perf_counter() - started)
+    assert sorted(timings)[10] < 0.02, f"median {sorted(timings)[10] * 1000:.1f} ms per keep-alive request"
+
+
 # ---- SIGTERM: in-flight requests finish, exit 0 ---------------------------------------------------
 
 
