@@ -52,11 +52,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from host import engine  # noqa: E402
 from host.catalog import ModelIndex, load_catalog  # noqa: E402
-from host.engine import EXACT, Search, rank, select  # noqa: E402
+from host.engine import EXACT, Search, rank  # noqa: E402
 from host.library_format import ADA_002, ParsedLibrary, canonical_id, encode_embedding, parse_library, parse_omit  # noqa: E402
 from host.rendering import render_json, render_msgpack  # noqa: E402
 from host.results import build_result  # noqa: E402
+from host.settings import Settings  # noqa: E402
 from host.sign_codes import hamming_distances  # noqa: E402
 from host.store import STORE_FORMAT, SourceKey, file_sha256, load_library, open_compiled, read_library_file, write_compiled  # noqa: E402
 
@@ -301,58 +303,108 @@ def step_latency(index: ModelIndex, config: argparse.Namespace, rng: np.random.G
     return result
 
 
+def server_search(bits: int) -> Search:
+    """The approximate search `serve` uses by default for a library of this size."""
+    return Settings(search="approximate").search_for(bits)
+
+
 def step_approximate(index: ModelIndex, config: argparse.Namespace, rng: np.random.Generator) -> dict[str, Any]:
-    """Latency and recall of Search(approximate=True) against exact, on the same queries."""
+    """Latency and recall of the server's default approximate search against exact, on the same queries."""
     bits = index.bit_count
     count = config.approximate_queries(bits)
     queries = near_queries(matrix_of(index), count, rng)
-    approximate = Search(approximate=True)
+    approximate = server_search(bits)
     exact_top = [host_search(index, EXACT, 10, "bit")(q).rows for q in queries]
     exact_full = [host_search(index)(q).rows for q in queries]
     latency = interleaved({"approximate": host_search(index, approximate), "exact": host_search(index)},
                           queries, config.repetitions(bits), config.budget)
     identical = np.mean([np.array_equal(host_search(index, approximate)(q).rows, rows) for q, rows in zip(queries, exact_full)])
+    default_recall = np.mean([len(np.intersect1d(host_search(index, approximate, 10, "bit")(q).rows, truth)) / 10
+                              for q, truth in zip(queries, exact_top)])
     pools = {}
     for oversample in config.oversamples:
         search = Search(approximate=True, oversample=oversample)
         recalls, times = [], []
+        deadline = time.perf_counter() + config.budget
         for query, truth in zip(queries, exact_top):
             started = time.perf_counter()
             found = host_search(index, search, 10, "bit")(query).rows
             times.append(time.perf_counter() - started)
             recalls.append(len(np.intersect1d(found, truth)) / len(truth))
+            if time.perf_counter() > deadline and len(recalls) >= 20:
+                break
         pools[oversample] = {"recall_at_10": float(np.mean(recalls)), "min_recall": float(np.min(recalls)),
-                             "p50_bit10": float(np.median(times)), "effective_pool": min(bits, max(oversample, 40)),
+                             "queries": len(recalls), "p50_bit10": float(np.median(times)),
                              "falls_back_to_exact": max(oversample, 40) >= bits // 2}
-    return {"queries": count, "latency": latency, "identical_1500_token_results": float(identical),
-            "oversample": pools, "profile": profile_approximate(index, queries[:32], config)}
+    return {"queries": count, "oversample": approximate.oversample, "latency": latency, "recall_at_10": float(default_recall),
+            "identical_1500_token_results": float(identical), "sweep": pools,
+            "difficulty": difficulty(index, queries[:20]), "profile": profile_approximate(index, queries[:32], config)}
+
+
+def difficulty(index: ModelIndex, queries: np.ndarray) -> dict[str, float]:
+    """How hard the queries are for sign codes: near-ties around the 10th bit, and how deep in
+    Hamming order the true top 10 lie (the pool an approximate search needs to find them all)."""
+    embeddings, codes = matrix_of(index), index.libraries[0].sign_codes
+    gaps, crowd, depth = [], [], []
+    for query in queries:
+        scores = embeddings @ query
+        top = np.argpartition(scores, len(scores) - 11)[-11:]
+        top = top[np.argsort(-scores[top])]
+        gaps.append(float(scores[top[9]] - scores[top[10]]))
+        crowd.append(int(np.count_nonzero(scores >= scores[top[9]] - 0.02)))
+        distances = hamming_distances(codes, query).astype(np.int64)
+        # position in (distance, row) order of the deepest of the true top 10
+        deepest = max(int(np.count_nonzero((distances < distances[row]) | ((distances == distances[row]) & (np.arange(len(distances)) < row))))
+                      for row in top[:10])
+        depth.append(deepest + 1)
+    return {"gap_10_11_p50": float(np.median(gaps)), "within_0.02_of_10th_p50": float(np.median(crowd)),
+            "pool_needed_p50": float(np.percentile(depth, 50)), "pool_needed_p90": float(np.percentile(depth, 90)),
+            "pool_needed_max": float(max(depth))}
+
+
+@contextlib.contextmanager
+def timing_calls(phases: dict[str, float]) -> Iterator[None]:
+    """Accumulate the time spent in the engine's building blocks while rank() runs, whatever its shape."""
+    originals = {"hamming": (engine, "hamming_distances"), "pool selection": (np, "argpartition"),
+                 "gather": (ModelIndex, "gather"), "select": (engine, "select")}
+    saved = {name: getattr(owner, attribute) for name, (owner, attribute) in originals.items()}
+
+    def timed(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                phases[name] = phases.get(name, 0.0) + time.perf_counter() - started
+        return wrapper
+    try:
+        for name, (owner, attribute) in originals.items():
+            setattr(owner, attribute, timed(name, saved[name]))
+        yield
+    finally:
+        for name, (owner, attribute) in originals.items():
+            setattr(owner, attribute, saved[name])
 
 
 def profile_approximate(index: ModelIndex, queries: np.ndarray, config: argparse.Namespace) -> dict[str, float]:
-    """The approximate path taken apart (1500 tokens, default oversample): median seconds per phase."""
-    library = index.libraries[0]
-    pool = min(index.bit_count, max(Search().oversample, 4 * 64))
-    phases: dict[str, list[float]] = {name: [] for name in ("hamming", "argpartition", "gather", "rescore", "select", "rank_total")}
+    """The server's default approximate rank() taken apart (1500 tokens): median seconds per phase.
+    `other` is the rest: masks, sort keys, the re-scoring product, Python."""
+    search = server_search(index.bit_count)
+    samples: dict[str, list[float]] = {}
     deadline = time.perf_counter() + config.budget
     for query in queries:
-        t0 = time.perf_counter()
-        distances = hamming_distances(library.sign_codes, query)
-        t1 = time.perf_counter()
-        candidates = np.argpartition(distances, pool)[:pool]
-        t2 = time.perf_counter()
-        gathered = index.gather(candidates)
-        t3 = time.perf_counter()
-        scores = gathered @ query
-        t4 = time.perf_counter()
-        select(scores, index.token_counts[candidates], pool, COUNT, "token")
-        t5 = time.perf_counter()
-        host_search(index, Search(approximate=True))(query)
-        t6 = time.perf_counter()
-        for name, seconds in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)):
-            phases[name].append(seconds)
+        phases: dict[str, float] = {}
+        with timing_calls(phases):
+            started = time.perf_counter()
+            rank(index, query, granted=EVERYONE, count=COUNT, count_type="token", search=search)
+            total = time.perf_counter() - started
+        phases["other"] = total - sum(phases.values())
+        phases["rank_total"] = total
+        for name, seconds in phases.items():
+            samples.setdefault(name, []).append(seconds)
         if time.perf_counter() > deadline:
             break
-    return {name: float(np.median(values)) for name, values in phases.items()}
+    return {name: float(np.median(values)) for name, values in samples.items()}
 
 
 def step_fixtures(workdir: Path, rng: np.random.Generator) -> dict[str, Any] | None:
@@ -830,7 +882,7 @@ def configure(args: argparse.Namespace) -> argparse.Namespace:
     args.repetitions = lambda bits: (100 if bits <= 10_000 else 30 if bits <= 100_000 else 10) if quick else \
         (400 if bits <= 10_000 else 100 if bits <= 100_000 else 30)
     args.approximate_queries = lambda bits: 100 if quick or bits >= 1_000_000 else 200
-    args.oversamples = (250, 500, 1000) if quick else (250, 500, 1000, 2000)
+    args.oversamples = (250, 1000, 4000) if quick else (250, 500, 1000, 2000, 4000, 8000)
     args.encoding_repetitions = 10 if quick else 40
     args.http_seconds = args.http_seconds or (3.0 if quick else 10.0)
     args.compile_sizes = [bits for bits in args.sizes_list if bits in ((10_000,) if quick else (10_000, 100_000))]
@@ -938,33 +990,38 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
                           "faiss/floor", "samples", "notes' floor p50"], rows,
                          "floor = `E @ q` + `np.argpartition` top 10 on the same memory-mapped matrix; "
                          "measured interleaved, same queries. Target: host/floor <= 1.2 at 100k."))
-    rows, recall_rows, profile_rows = [], [], []
+    rows, recall_rows, profile_rows, hard_rows = [], [], [], []
+    parts = ("hamming", "pool selection", "gather", "select", "other")
     for bits, entry in sizes.items():
         approximate = entry.get("approximate")
         if not approximate:
             continue
         latency = approximate["latency"]
         floor = entry.get("latency", {}).get("floor", {}).get("p50")
-        default = approximate["oversample"].get(1000, approximate["oversample"].get("1000", {}))
-        rows.append([label(bits), ms(latency["approximate"]["p50"]), ms(latency["approximate"]["p99"]),
+        rows.append([label(bits), approximate["oversample"], ms(latency["approximate"]["p50"]), ms(latency["approximate"]["p99"]),
                      ms(latency["exact"]["p50"]), ratio(latency["approximate"]["p50"], floor),
-                     f"{default.get('recall_at_10', float('nan')):.4f}", f"{approximate['identical_1500_token_results']:.3f}",
-                     approximate["queries"]])
-        for oversample, pool in approximate["oversample"].items():
+                     f"{approximate['recall_at_10']:.4f}", f"{approximate['identical_1500_token_results']:.3f}", approximate["queries"]])
+        for oversample, pool in approximate["sweep"].items():
             recall_rows.append([label(bits), oversample, f"{pool['recall_at_10']:.4f}", f"{pool['min_recall']:.1f}",
-                                ms(pool["p50_bit10"]), "yes" if pool["falls_back_to_exact"] else "no"])
+                                ms(pool["p50_bit10"]), pool["queries"], "yes" if pool["falls_back_to_exact"] else "no"])
         profile = approximate["profile"]
-        parts = ("hamming", "argpartition", "gather", "rescore", "select")
-        profile_rows.append([label(bits), *(ms(profile[p]) for p in parts), ms(sum(profile[p] for p in parts)),
-                             ms(profile["rank_total"])])
+        profile_rows.append([label(bits), *(ms(profile.get(p, 0.0)) for p in parts), ms(profile["rank_total"])])
+        hard = approximate["difficulty"]
+        hard_rows.append([label(bits), f"{hard['gap_10_11_p50']:.4f}", f"{hard['within_0.02_of_10th_p50']:.0f}",
+                          f"{hard['pool_needed_p50']:.0f}", f"{hard['pool_needed_p90']:.0f}", f"{hard['pool_needed_max']:.0f}"])
     if rows:
-        out.append(table("Approximate search (sign codes, default oversample 1000), ms",
-                         ["bits", "p50", "p99", "exact p50", "approx/floor", "recall@10", "same 1500-token result",
-                          "queries"], rows, "Targets: recall@10 >= 0.99; 1M in <= 50 ms p50."))
+        out.append(table("Approximate search as served by default (sign codes; oversample max(1000, bits/250)), ms",
+                         ["bits", "oversample", "p50", "p99", "exact p50", "approx/floor", "recall@10", "same 1500-token result",
+                          "queries"], rows, "Targets: recall@10 >= 0.99; 1M in <= 50 ms p50. Below 100k bits `auto` serves exact."))
         out.append(table("Recall@10 against exact by oversample (count=10 bits)",
-                         ["bits", "oversample", "recall@10", "worst query", "p50 ms", "falls back to exact"], recall_rows))
-        out.append(table("Where the approximate path spends its time (median ms per query, 1500 tokens)",
-                         ["bits", "hamming", "argpartition", "gather", "rescore", "select", "sum", "rank()"], profile_rows))
+                         ["bits", "oversample", "recall@10", "worst query", "p50 ms", "queries", "falls back to exact"], recall_rows))
+        out.append(table("How hard the queries are (20 queries)",
+                         ["bits", "score gap #10-#11", "bits within 0.02 of #10", "pool for all top 10: p50", "p90", "max"], hard_rows,
+                         "The pool is the position, in Hamming-distance order, of the deepest of the exact top 10."))
+        out.append(table("Where the default approximate rank() spends its time (median ms per query, 1500 tokens)",
+                         ["bits", *parts, "rank() total"], profile_rows,
+                         "Measured by timing the engine's own calls inside rank(): hamming_distances, np.argpartition, "
+                         "ModelIndex.gather, select; `other` is the rest (masks, sort keys, the re-scoring product, Python)."))
     fixtures = results.get("fixtures")
     if fixtures:
         rows = [[run["k"], run["oversample"], run["pool"], "yes" if run["falls_back_to_exact"] else "no", f"{run['recall']:.4f}"]
