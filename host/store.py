@@ -265,6 +265,10 @@ def load_library(
             _rewrite_source_key(folder, key)
             return open_compiled(folder, source), False
         parsed = parse_library(read_library_file(source, max_bytes), access_tag=access_tag)
+        if not key.matches_stat(source.stat()):
+            # Rewritten while we read it: the hash may not be of the bytes parsed, and one version's
+            # content must never be filed under another's hash. The next look reads it again.
+            raise OSError("the file changed while it was being read")
         write_compiled(parsed, folder, key, name)
         return open_compiled(folder, source), True
 

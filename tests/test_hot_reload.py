@@ -300,3 +300,39 @@ def test_sighup_reloads_at_once(run_host: Callable[..., RunningHost], tmp_path: 
     assert time.monotonic() - sent < 2
     assert generation(host.url) == before + 1
     assert host.process.poll() is None
+
+
+def test_a_file_replaced_while_it_is_compiled_is_never_cached_under_another_versions_hash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A publisher writes between the compiler's hash and its parse; later it rolls back to the first bytes.
+
+    The compiled folder must never pair one version's hash with another's content: else the
+    rollback (same bytes as the hash) would be taken as unchanged and the wrong version served.
+    """
+    from host import store
+
+    source = write_library(tmp_path / "race.json", versioned_library("race", 1))
+    first_bytes = source.read_bytes()
+    folder = tmp_path / ".compiled" / "race"
+    hash_of = store.file_sha256
+
+    def hash_then_a_publisher_writes(path: Path) -> str:
+        digest = hash_of(path)
+        write_library(path, versioned_library("race", 2))
+        return digest
+
+    monkeypatch.setattr(store, "file_sha256", hash_then_a_publisher_writes)
+    try:
+        library, _ = store.load_library(source, folder, name="race")
+        assert library.source_key.sha256 == hash_of(source), "compiled content filed under another version's hash"
+    except OSError:
+        pass  # refused for now: the next poll reads it again
+    monkeypatch.undo()
+
+    source.write_bytes(first_bytes)  # the rollback: version 1's bytes, a new mtime
+    later = time.time_ns() + 2_000_000_000
+    os.utime(source, ns=(later, later))
+    library, _ = store.load_library(source, folder, name="race")
+
+    assert library.record(0)["text"] == "race version 1 bit 0"
