@@ -48,7 +48,10 @@ class LibraryWatcher:
         self.cache_dir = cache_dir
         self.max_bytes = max_bytes
         self.interval = interval
-        self._seen = snapshot(root) if root.exists() else {}
+        # What the running catalog was loaded from, not what is there now: a file published while
+        # the catalog was loading (a first compile can take minutes) must still count as a change.
+        self._seen: Snapshot = {library.source: (library.source_key.size, library.source_key.mtime_ns)
+                                for library in host.catalog.libraries}
         self._settling: Snapshot | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()

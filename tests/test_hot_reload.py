@@ -336,3 +336,35 @@ def test_a_file_replaced_while_it_is_compiled_is_never_cached_under_another_vers
     library, _ = store.load_library(source, folder, name="race")
 
     assert library.record(0)["text"] == "race version 1 bit 0"
+
+
+def test_a_file_published_while_the_server_was_still_loading_is_picked_up(tmp_path: Path) -> None:
+    """`serve` loads (a first compile can take minutes), then starts watching: what changed in between counts."""
+    from host.catalog import Catalog, load_catalog
+    from host.reloader import LibraryWatcher
+
+    folder = tmp_path / "libraries"
+    path = write_library(folder / "early.json", versioned_library("early", 1))
+    catalog = load_catalog(folder)
+    write_library(path, versioned_library("early", 2, bits=4))  # published before the watcher starts
+    later = time.time_ns() + 2_000_000_000
+    os.utime(path, ns=(later, later))
+
+    class Host:
+        def __init__(self, catalog: Catalog) -> None:
+            self.catalog = catalog
+
+        def install(self, catalog: Catalog) -> None:
+            self.catalog = catalog
+
+        def tick(self) -> None:
+            pass
+
+    host = Host(catalog)
+    watcher = LibraryWatcher(host, folder, cache_dir=None, max_bytes=1 << 30, interval=0.05)
+    watcher.start()
+    try:
+        wait_until(lambda: host.catalog.generation > 1, timeout=5, what="the watcher noticing the early publication")
+    finally:
+        watcher.stop()
+    assert host.catalog.library("early").bit_count == 4
