@@ -92,7 +92,7 @@ class ModelIndex:
             tag_ids=np.concatenate(tag_ids),
             tags=tuple(tags),
             ids=ids,
-            has_duplicates=len(np.unique(ids)) < len(ids),
+            has_duplicates=_has_duplicates(ids),
         )
 
     @property
@@ -136,6 +136,13 @@ class ModelIndex:
             mask = np.zeros(len(mask), dtype=bool)
             mask[rows[first]] = True
         return mask
+
+
+def _has_duplicates(ids: np.ndarray) -> bool:
+    """Whether two rows share an id. Ids are SHA-256 digests: distinct 8-byte prefixes prove
+    distinct ids, so the full comparison (0.9 s for 1M ids) runs only on a prefix collision."""
+    heads = np.sort(np.ascontiguousarray(ids, dtype="S32").view("<u8")[::4])
+    return bool(np.any(heads[1:] == heads[:-1])) and len(np.unique(ids)) < len(ids)
 
 
 def _intern(tags: list[str], tag: str) -> int:
