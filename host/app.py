@@ -68,6 +68,13 @@ class HostState:
         self.metrics.count("polymath_reloads_total")
         self._describe(catalog)
 
+    def subject_of(self, token: str) -> str | None:
+        """Who a valid token belongs to; None for an unknown, refused or anonymous one."""
+        try:
+            return self.access.authorize(token).subject
+        except TokenRejected:
+            return None
+
     def tick(self) -> None:
         """Housekeeping between requests: follow the access file even when no token arrives."""
         self.access.reload_if_changed()
@@ -121,7 +128,8 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
         middleware=[
             Middleware(PolymathLinkHeader),
             Middleware(AccessLog, metrics=state.metrics, generation=lambda: state.catalog.generation),
-            Middleware(RateLimit, per_second=settings.rate_limit_per_second, burst=settings.rate_limit_burst),
+            Middleware(RateLimit, per_second=settings.rate_limit_per_second, burst=settings.rate_limit_burst,
+                       subject_of=state.subject_of),
             Middleware(RequestBodyGuard, max_bytes=settings.max_body_bytes, read_timeout=settings.body_read_timeout),
         ],
         lifespan=lifespan,

@@ -81,24 +81,30 @@ class RequestBodyGuard:
 
 
 class RateLimit:
-    """A token bucket per client (its bearer token if it sends one, else its address): 429 past it.
+    """A token bucket per client: 429 with Retry-After past it.
 
-    Buckets live in a bounded TTL cache, so memory stays bounded whatever the number of clients.
-    The limit is per worker process.
+    `subject_of(bearer_token)` names the holder of a *valid* token, who is limited as one client
+    wherever they connect from; anyone else (no token, or an unknown or made-up one, which could
+    be changed on every request) is limited by address. Buckets live in a bounded TTL cache, so
+    memory stays bounded whatever the number of clients. The limit is per worker process.
     """
 
-    def __init__(self, app: ASGIApp, per_second: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, app: ASGIApp, per_second: float, burst: int,
+                 subject_of: Callable[[str], str | None] = lambda token: None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.app = app
         self.per_second = per_second
         self.burst = burst
+        self.subject_of = subject_of
         self.clock = clock
         self._buckets: TTLCache[bytes, tuple[float, float]] = TTLCache(maxsize=100_000, ttl=max(60.0, burst / per_second) if per_second > 0 else 60.0)
         self._lock = threading.Lock()
 
     def _client(self, scope: Scope) -> bytes:
-        authorization = _header(scope, b"authorization")
-        if authorization:
-            return b"token:" + hashlib.sha256(authorization).digest()
+        scheme, _, token = (_header(scope, b"authorization") or b"").decode("latin-1").partition(" ")
+        subject = self.subject_of(token.strip()) if scheme.lower() == "bearer" and token.strip() else None
+        if subject:
+            return b"subject:" + hashlib.sha256(subject.encode()).digest()
         host = (scope.get("client") or ("unknown", 0))[0]
         return b"address:" + host.encode()
 

@@ -42,7 +42,12 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningHost]:
 def rate_limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningHost]:
     folder = tmp_path_factory.mktemp("rate") / "libraries"
     write_library(folder / "six.json", make_library(VECTORS))
-    host = start_host(folder, "--rate-limit", "2", "--rate-burst", "3")
+    # Legacy opaque tokens: each one's holder is a client of its own.
+    holders = {name: {"token": f"rate-test-{name}"} for name in ("alice", "bob", "carol", "dave")}
+    access = folder.parent / "access.SECRET.json"
+    access.write_text(json.dumps({"tokens": holders}))
+    access.chmod(0o600)
+    host = start_host(folder, "--rate-limit", "2", "--rate-burst", "3", "--access", str(access))
     yield host
     stop_host(host)
 
@@ -255,6 +260,12 @@ def test_a_client_without_a_token_is_limited_by_its_address(rate_limited: Runnin
     statuses = [good_query(rate_limited.url).status_code for _ in range(6)]
     assert statuses[:3] == [200, 200, 200] and statuses[-1] == 429, statuses
     assert good_query(rate_limited.url, {"Authorization": "Bearer rate-test-carol"}).status_code == 200
+
+
+def test_made_up_tokens_do_not_escape_the_limit_of_their_address(rate_limited: RunningHost) -> None:
+    time.sleep(2)  # let this address's bucket refill after the previous test
+    statuses = [good_query(rate_limited.url, {"Authorization": f"Bearer made-up-{n}"}).status_code for n in range(6)]
+    assert statuses[:3] == [200, 200, 200] and statuses[-1] == 429, statuses
 
 
 def test_a_burst_from_many_threads_is_cut_to_the_burst_size(rate_limited: RunningHost) -> None:
