@@ -115,6 +115,10 @@ class ModelIndex:
                 gathered[order[start:stop]] = library.embeddings[sorted_rows[start:stop] - self.offsets[position]]
         return gathered
 
+    def visible_count(self, granted: frozenset[str]) -> int:
+        mask = self.visible_rows(granted)
+        return self.bit_count if mask is None else int(np.count_nonzero(mask))
+
     def visible_rows(self, granted: frozenset[str]) -> np.ndarray | None:
         """Bool mask of rows a caller holding `granted` tags may see; None means every row."""
         key = frozenset(tag for tag in granted if tag in self.tags)

@@ -116,7 +116,7 @@ def configure_logging(level: str) -> None:
 def serve_command(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from host.app import create_app
+    from host.app import LOG_LEVEL_VARIABLE, create_app
 
     configure_logging(args.log_level)
     if not args.libraries.exists():
@@ -159,7 +159,7 @@ def serve_command(args: argparse.Namespace) -> int:
         # Workers are separate processes: they get the settings through the environment and
         # open the libraries this process has just compiled.
         os.environ[ENVIRONMENT_VARIABLE] = settings.to_environment()
-        os.environ["POLYMATH_HOST_LOG_LEVEL"] = args.log_level  # workers set up their own logs from it
+        os.environ[LOG_LEVEL_VARIABLE] = args.log_level  # workers set up their own logs from it
         # uvicorn binds the workers' shared socket with proto 0, so asyncio never sets TCP_NODELAY on
         # their connections and every keep-alive answer waits ~40 ms for a delayed ACK (uvicorn
         # issue #3149). Rebuild the bound socket as TCP; the workers inherit it.
