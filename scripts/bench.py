@@ -45,22 +45,22 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from host import engine  # noqa: E402
-from host.catalog import ModelIndex, load_catalog  # noqa: E402
-from host.engine import EXACT, Search, rank  # noqa: E402
-from host.library_format import ADA_002, ParsedLibrary, canonical_id, encode_embedding, parse_library, parse_omit  # noqa: E402
-from host.rendering import render_json, render_msgpack  # noqa: E402
-from host.results import build_result  # noqa: E402
-from host.settings import Settings  # noqa: E402
-from host.sign_codes import hamming_distances  # noqa: E402
-from host.store import STORE_FORMAT, SourceKey, file_sha256, load_library, open_compiled, read_library_file, write_compiled  # noqa: E402
+from host import engine
+from host.catalog import ModelIndex, load_catalog
+from host.engine import EXACT, Search, rank
+from host.library_format import ADA_002, ParsedLibrary, canonical_id, encode_embedding, parse_library, parse_omit
+from host.rendering import render_json, render_msgpack
+from host.results import build_result
+from host.settings import Settings
+from host.sign_codes import hamming_distances
+from host.store import STORE_FORMAT, SourceKey, file_sha256, open_compiled, read_library_file, write_compiled
 
 SIZES = {"1k": 1_000, "10k": 10_000, "100k": 100_000, "1M": 1_000_000}
 ALL_STEPS = ("latency", "approximate", "fixtures", "encoding", "compile", "coldstart", "memory", "http")
@@ -116,7 +116,7 @@ def table(title: str, headers: list[str], rows: list[list[Any]], note: str = "",
 def summary(samples: list[float]) -> dict[str, float]:
     values = np.asarray(samples)
     return {
-        "n": int(len(values)),
+        "n": len(values),
         "p50": float(np.percentile(values, 50)),
         "p99": float(np.percentile(values, 99)),
         "mean": float(values.mean()),
@@ -190,9 +190,7 @@ def ensure_library(workdir: Path, bits: int, seed: int) -> Path:
 
 def synthetic_records(token_counts: np.ndarray, rng: np.random.Generator) -> tuple[list[dict[str, Any]], list[str]]:
     """Text of about 0.75 words per token (so the first-bit cut has words to cut), and an info url."""
-    vocabulary = ("lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut "
-                  "labore et dolore magna aliqua enim ad minim veniam quis nostrud exercitation ullamco laboris "
-                  "nisi aliquip ex ea commodo consequat duis aute irure in reprehenderit voluptate velit esse").split()
+    vocabulary = ["lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit", "sed", "do", "eiusmod", "tempor", "incididunt", "ut", "labore", "et", "dolore", "magna", "aliqua", "enim", "ad", "minim", "veniam", "quis", "nostrud", "exercitation", "ullamco", "laboris", "nisi", "aliquip", "ex", "ea", "commodo", "consequat", "duis", "aute", "irure", "in", "reprehenderit", "voluptate", "velit", "esse"]
     words = [vocabulary[i] for i in rng.integers(0, len(vocabulary), 2000)]
     filler = " ".join(words)
     ends = np.cumsum([len(word) + 1 for word in words]) - 1
@@ -501,7 +499,7 @@ def ensure_json_library(workdir: Path, index: ModelIndex, bits: int, seed: int) 
     path.parent.mkdir(parents=True, exist_ok=True)
     library, embeddings = index.libraries[0], matrix_of(index)
     with open(path.with_suffix(".tmp"), "w") as handle:
-        handle.write('{"version":1,"embedding_model":%s,"bits":[' % json.dumps(ADA_002))
+        handle.write('{"version":1,"embedding_model":' + json.dumps(ADA_002) + ',"bits":[')
         for row in range(bits):
             record = library.record(row)
             bit = {"text": record["text"], "embedding": encode_embedding(embeddings[row]),
@@ -534,7 +532,7 @@ def step_compile(workdir: Path, index: ModelIndex, bits: int, seed: int, breakdo
     shutil.rmtree(target, ignore_errors=True)
     say(f"compile {label(bits)}: load_library from scratch in a fresh process")
     child = subprocess.run([sys.executable, "-c", COMPILE_CHILD, str(source), str(target)], capture_output=True,
-                           text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=3600)
+                           text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=3600, check=False)
     if child.returncode:
         raise RuntimeError(f"compile child failed: {child.stderr[-2000:]}")
     result.update(json.loads(child.stdout.strip().splitlines()[-1]))
@@ -596,7 +594,7 @@ class Server:
         if search:
             command += ["--search", search]
         self.log_path = workdir / f"server-{self.port}.log"
-        self.log = open(self.log_path, "wb")
+        self.log = open(self.log_path, "wb")  # noqa: SIM115 (closed in stop())
         # cwd=workdir: no access.SECRET.json from the project folder is picked up.
         self.process = subprocess.Popen(command, cwd=workdir, stdout=self.log, stderr=subprocess.STDOUT,
                                         env={**os.environ, "PYTHONPATH": str(ROOT), **(environment or {})},
@@ -633,10 +631,10 @@ class Server:
                 self.process.wait(timeout=15)
         self.log.close()
 
-    def __enter__(self) -> Server:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *problem: Any) -> None:
+    def __exit__(self, *problem: object) -> None:
         self.stop()
 
 
@@ -701,12 +699,12 @@ def step_memory(workdir: Path, folder: Path, bodies: list[bytes]) -> dict[str, A
             # Two threads of short connections, so both workers get queries.
             errors: list[str] = []
 
-            def send(part: list[bytes]) -> None:
+            def send(port: int, part: list[bytes], errors: list[str]) -> None:
                 for body in part:
-                    status, _ = post(server.port, body, timeout=60)
+                    status, _ = post(port, body, timeout=60)
                     if status != 200:
                         errors.append(str(status))
-            threads = [threading.Thread(target=send, args=(bodies[i::2],)) for i in range(2)]
+            threads = [threading.Thread(target=send, args=(server.port, bodies[i::2], errors)) for i in range(2)]
             for thread in threads:
                 thread.start()
             for thread in threads:
@@ -801,7 +799,7 @@ def run_wrk(workdir: Path, port: int, body: bytes, accept: str, mode: str, secon
     body_file.write_bytes(body)
     command = ["wrk", f"-t{connections}", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "30s", "-s", str(script),
                f"http://127.0.0.1:{port}/", "--", str(body_file), accept, mode, str(offset)]
-    finished = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 120)
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 120, check=False)
     line = next((line for line in finished.stdout.splitlines() if line.startswith("WRK_RESULT ")), None)
     if line is None:
         raise RuntimeError(f"wrk printed no result: {finished.stdout[-1000:]} {finished.stderr[-1000:]}")
@@ -901,8 +899,8 @@ def main(argv: list[str] | None = None) -> int:
         machine["faiss"] = faiss.__version__
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         git = ["git", "-C", str(ROOT)]
-        machine["commit"] = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        changed = subprocess.run([*git, "status", "--porcelain", "--", "host"], capture_output=True, text=True).stdout.split("\n")
+        machine["commit"] = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False).stdout.strip()
+        changed = subprocess.run([*git, "status", "--porcelain", "--", "host"], capture_output=True, text=True, check=False).stdout.split("\n")
         machine["uncommitted_host_files"] = [line[3:] for line in changed if line.strip()]
     results: dict[str, Any] = {"command": " ".join(["scripts/bench.py", *(argv if argv is not None else sys.argv[1:])]),
                                "machine": machine, "sizes": {}, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -1030,7 +1028,7 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> str:
         pools = ", ".join(f"{pool}: {value:.3f}" for pool, value in fixtures["candidate_pool_recall_at_10"].items())
         out.append(table(f"Real ada-002 fixtures ({fixtures['visible_bits']} distinct bits, {fixtures['queries']} queries: "
                          "perturbed bits and midpoints of two bits)",
-                         ["k", "oversample", "pool", "falls back to exact", f"recall@k"], rows,
+                         ["k", "oversample", "pool", "falls back to exact", "recall@k"], rows,
                          f"Share of the exact top 10 among the nearest sign codes alone, by pool size: {pools}."))
     for bits, entry in sizes.items():
         encoding = entry.get("encoding")
