@@ -82,11 +82,13 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
 
 def app_from_environment() -> Starlette:
     """Factory for `uvicorn --factory` when serving with several workers."""
-    from host.cli import configure_logging  # a worker is a fresh process: log as `serve` does
+    from host.cli import configure_logging, limit_blas_threads  # a worker is a fresh process: set it up as `serve` does
 
     if not logging.getLogger("polymath_host.access_log").handlers:
         configure_logging(os.environ.get(LOG_LEVEL_VARIABLE, "info"))
-    return create_app(Settings.from_environment())
+    settings = Settings.from_environment()
+    limit_blas_threads(settings.blas_threads)
+    return create_app(settings)
 
 
 async def on_refused(request: Request, error: Exception) -> Response:

@@ -64,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--watch-interval", type=float, default=Settings.watch_interval, metavar="SECONDS",
                        help="how often to look for published, changed or deleted library files "
                             f"(default {Settings.watch_interval:g}; 0 turns it off; SIGHUP reloads at once)")
+    serve.add_argument("--blas-threads", type=int, default=Settings.blas_threads, metavar="N",
+                       help="threads each query's matrix product may use (default 1: a loaded server answers "
+                            "more queries, sooner, when concurrent queries do not fight over cores; 0 lets "
+                            "the BLAS library choose, faster for a lone client on a large exact library)")
     serve.add_argument("--search", choices=["auto", "exact", "approximate"], default="auto",
                        help="exact scans every vector; approximate scans sign-bit codes first and re-scores "
                             "the nearest exactly; auto (default) is approximate when the caller may see at least "
@@ -113,6 +117,14 @@ def configure_logging(level: str) -> None:
     access_log.propagate = False
 
 
+def limit_blas_threads(threads: int) -> None:
+    """Applies to this process from now on, numpy already loaded or not."""
+    if threads > 0:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=threads, user_api="blas")
+
+
 def serve_command(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -142,10 +154,12 @@ def serve_command(args: argparse.Namespace) -> int:
         rate_limit_per_second=args.rate_limit,
         rate_limit_burst=args.rate_burst,
         watch_interval=args.watch_interval,
+        blas_threads=args.blas_threads,
         search=args.search,
         approximate_from_bits=args.approximate_from,
         oversample=args.oversample,
     )
+    limit_blas_threads(settings.blas_threads)
     started = time.perf_counter()
     catalog = load_catalog(args.libraries, cache_dir=args.cache_dir, max_bytes=args.max_library_bytes, progress=_say)
     for problem in catalog.problems:

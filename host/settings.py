@@ -27,6 +27,7 @@ class Settings:
     rate_limit_per_second: float = 0.0  # per client and worker; 0 turns rate limiting off
     rate_limit_burst: int = 60
     watch_interval: float = 1.0  # seconds between looks for changed library files; 0 turns it off
+    blas_threads: int = 1  # per process; 0 leaves the BLAS library's own choice
     search: str = "auto"  # exact | approximate | auto (approximate from `approximate_from_bits`)
     approximate_from_bits: int = 100_000
     oversample: int = 1000

@@ -252,3 +252,16 @@ def test_serve_reuses_what_build_compiled(tmp_path, libraries, serve_here):
     assert f"opened essays: 3 bits, {TEST_MODEL}" in log
     assert f"opened access/staff/plans: 2 bits, {TEST_MODEL}" in log
     assert "compiled" not in log
+
+
+def test_serve_limits_each_querys_matrix_product_to_one_blas_thread_by_default():
+    probe = (
+        "import numpy, threadpoolctl\n"
+        "from host.cli import limit_blas_threads\n"
+        "from host.settings import Settings\n"
+        "limit_blas_threads(Settings().blas_threads)\n"
+        "print(sorted({pool['num_threads'] for pool in threadpoolctl.threadpool_info() if pool['user_api'] == 'blas'}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=PROJECT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[1]"
