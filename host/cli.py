@@ -225,7 +225,7 @@ def validate_command(args: argparse.Namespace) -> int:
         for entry in discover(path):
             try:
                 library = parse_library(read_library_file(entry.path, args.max_library_bytes),
-                                        access_tag=entry.access_tag)
+                                        access_tag=entry.access_tag, consume=True)
             except (LibraryFormatError, OSError) as problem:
                 print(f"{entry.path}: {problem}")
                 problems += 1

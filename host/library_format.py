@@ -140,10 +140,12 @@ def upgrade_version_0(data: dict[str, Any]) -> dict[str, Any]:
     return upgraded
 
 
-def parse_library(data: Any, *, access_tag: str | None = None) -> ParsedLibrary:
+def parse_library(data: Any, *, access_tag: str | None = None, consume: bool = False) -> ParsedLibrary:
     """Validate a decoded library file and return it as arrays.
 
     `access_tag` (from the `libraries/access/<tag>/` folder) overrides any tag in the file.
+    With `consume`, each bit of `data` is dropped once read, so its base64 embedding is freed while
+    the matrix fills: for a large file that is the difference between two copies and one.
     Raises LibraryFormatError naming the first problem found.
     """
     if not isinstance(data, dict):
@@ -174,11 +176,11 @@ def parse_library(data: Any, *, access_tag: str | None = None) -> ParsedLibrary:
     bits = data.get("bits")
     if not isinstance(bits, list):
         raise LibraryFormatError("bits: must be a list")
-    return _parse_bits(bits, model, access_tag, details, sort)
+    return _parse_bits(bits, model, access_tag, details, sort, consume)
 
 
 def _parse_bits(
-    bits: list[Any], model: str, folder_tag: str | None, details: dict[str, Any], sort: str
+    bits: list[Any], model: str, folder_tag: str | None, details: dict[str, Any], sort: str, consume: bool
 ) -> ParsedLibrary:
     expected_dimension = KNOWN_DIMENSIONS.get(model)
     matrix: np.ndarray | None = None  # allocated at the first bit, once the dimension is known
@@ -188,6 +190,8 @@ def _parse_bits(
     tags: list[str | None] = []
     seen: set[tuple[str, str | None]] = set()
     for index, bit in enumerate(bits):
+        if consume:
+            bits[index] = None
         where = f"bits[{index}]"
         if not isinstance(bit, dict):
             raise LibraryFormatError(f"{where}: must be an object, got {type(bit).__name__}")

@@ -107,10 +107,11 @@ def read_library_file(path: Path, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> 
         raise LibraryFormatError(
             f"file is {size:,} bytes, over the {max_bytes:,}-byte limit (raise --max-library-bytes)"
         )
-    with path.open("rb") as handle:
-        raw = handle.read()
     try:
-        return json.loads(raw)
+        # Decoded text, not bytes: json.loads(bytes) would hold the bytes, their decoded copy and
+        # the objects at once. The text is freed as soon as the objects exist.
+        with path.open(encoding="utf-8-sig") as handle:
+            return json.loads(handle.read())
     except (UnicodeDecodeError, json.JSONDecodeError) as problem:
         raise LibraryFormatError(f"not valid JSON: {problem}") from None
 
@@ -264,7 +265,7 @@ def load_library(
         if existing is not None and existing.source_key.sha256 == sha256:
             _rewrite_source_key(folder, key)
             return open_compiled(folder, source), False
-        parsed = parse_library(read_library_file(source, max_bytes), access_tag=access_tag)
+        parsed = parse_library(read_library_file(source, max_bytes), access_tag=access_tag, consume=True)
         if not key.matches_stat(source.stat()):
             # Rewritten while we read it: the hash may not be of the bytes parsed, and one version's
             # content must never be filed under another's hash. The next look reads it again.

@@ -399,3 +399,15 @@ def test_folder_access_tag_overrides_every_bit():
 
 def test_access_tag_is_not_part_of_the_record():
     assert "access_tag" not in parse_library(with_second_bit(access_tag="staff")).records[1]
+
+
+def test_a_consuming_parse_gives_the_same_library_and_lets_each_bit_go():
+    kept, consumed = three_bit_library(), three_bit_library()
+
+    expected = parse_library(kept)
+    parsed = parse_library(consumed, consume=True)
+
+    assert parsed.ids == expected.ids and parsed.records == expected.records
+    assert np.array_equal(parsed.embeddings, expected.embeddings)
+    assert consumed["bits"] == [None, None, None]  # their base64 strings can be freed at once
+    assert all(bit is not None for bit in kept["bits"])
