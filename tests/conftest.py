@@ -19,7 +19,7 @@ from librarian import FIXTURES
 PROJECT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     """The real Polymath libraries beside the project; tests using them skip when absent."""
     if not FIXTURES.is_dir():

@@ -26,14 +26,10 @@ def top(index: ModelIndex, query: np.ndarray, search: Search, count: int = 10, c
 
 
 @pytest.fixture(scope="module")
-def ada_index(tmp_path_factory: pytest.TempPathFactory) -> ModelIndex:
-    from librarian import FIXTURES
-
-    if not FIXTURES.is_dir():
-        pytest.skip("../shared/fixtures is not present")
+def ada_index(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: Path) -> ModelIndex:
     folder = tmp_path_factory.mktemp("ada") / "libraries"
     folder.mkdir()
-    for fixture in FIXTURES.glob("*.json"):
+    for fixture in fixtures_dir.glob("*.json"):
         shutil.copy(fixture, folder / fixture.name)
     return load_catalog(folder).models[ADA_002]
 

@@ -25,7 +25,6 @@ import numpy as np
 import pytest
 
 from conftest import PROJECT, RunningHost, start_host, stop_host
-from librarian import FIXTURES
 
 HARNESS = PROJECT / "tests" / "js_client"
 ADA = "openai.com:text-embedding-ada-002"
@@ -153,18 +152,16 @@ def admin(*argv: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    if not FIXTURES.is_dir():  # as the `fixtures_dir` fixture does, for module scope
-        pytest.skip("../shared/fixtures is not present")
+def served(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: Path) -> Iterator[Served]:
     root = tmp_path_factory.mktemp("clients")
     libraries = root / "libraries"
     (libraries / "access" / PRIVATE_TAG).mkdir(parents=True)
-    shutil.copy(FIXTURES / PUBLIC_FILE, libraries / PUBLIC_FILE)
-    shutil.copy(FIXTURES / PRIVATE_FILE, libraries / "access" / PRIVATE_TAG / PRIVATE_FILE)
+    shutil.copy(fixtures_dir / PUBLIC_FILE, libraries / PUBLIC_FILE)
+    shutil.copy(fixtures_dir / PRIVATE_FILE, libraries / "access" / PRIVATE_TAG / PRIVATE_FILE)
     access_file = root / "access.SECRET.json"
     admin("access", "init", "--access", str(access_file))
     token = admin("token", "issue", "alice", "--tag", PRIVATE_TAG, "--access", str(access_file))
-    reference = Reference(read_bits(FIXTURES / PUBLIC_FILE, False) + read_bits(FIXTURES / PRIVATE_FILE, True))
+    reference = Reference(read_bits(fixtures_dir / PUBLIC_FILE, False) + read_bits(fixtures_dir / PRIVATE_FILE, True))
     running: RunningHost = start_host(libraries, "--access", str(access_file))
     yield Served(running.url, token, reference)
     stop_host(running)

@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from conftest import RunningHost, start_host, stop_host
-from librarian import FIXTURES, TEST_MODEL, b64, brute_force_ranking, make_library, unit_vectors, write_library
+from librarian import TEST_MODEL, b64, brute_force_ranking, make_library, unit_vectors, write_library
 
 ADA = "openai.com:text-embedding-ada-002"
 ADA_DIMENSION = 1536
@@ -188,13 +188,11 @@ def post_json(url: str, body: dict[str, Any], **options: Any) -> httpx.Response:
 
 
 @pytest.fixture(scope="module")
-def reference() -> Reference:
-    if not FIXTURES.is_dir():  # as the `fixtures_dir` fixture does, for module scope
-        pytest.skip("../shared/fixtures is not present")
-    return Reference.load(FIXTURES)
+def reference(fixtures_dir: Path) -> Reference:
+    return Reference.load(fixtures_dir)
 
 
-def fixture_folder(folder: Path, fixtures: Path = FIXTURES) -> Path:
+def fixture_folder(folder: Path, fixtures: Path) -> Path:
     """The real fixture files plus a generated library of another model, in one folder."""
     folder.mkdir(parents=True)
     for name in FIXTURE_FILES:
@@ -204,8 +202,8 @@ def fixture_folder(folder: Path, fixtures: Path = FIXTURES) -> Path:
 
 
 @pytest.fixture(scope="module")
-def host(reference: Reference, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningHost]:
-    running = start_host(fixture_folder(tmp_path_factory.mktemp("end_to_end") / "libraries"))
+def host(reference: Reference, tmp_path_factory: pytest.TempPathFactory, fixtures_dir: Path) -> Iterator[RunningHost]:
+    running = start_host(fixture_folder(tmp_path_factory.mktemp("end_to_end") / "libraries", fixtures_dir))
     yield running
     stop_host(running)
 
