@@ -55,3 +55,18 @@ def brute_force_ranking(vectors: np.ndarray, query: np.ndarray, visible: list[bo
     scores = np.asarray(vectors, np.float32) @ np.asarray(query, np.float32)
     rows = [row for row in range(len(vectors)) if visible is None or visible[row]]
     return sorted(rows, key=lambda row: (-scores[row], row))
+
+
+def reference_budget(ranked_tokens: list[int], count: int, count_type: str = "token") -> tuple[int, int | None]:
+    """The reference budget rule: (bits taken, budget the first bit is cut to when it overflows alone)."""
+    if count_type == "bit":
+        return min(count, len(ranked_tokens)), None
+    total = taken = 0
+    for tokens in ranked_tokens:
+        if total + tokens > count:
+            break
+        total += tokens
+        taken += 1
+    if taken == 0 and ranked_tokens:
+        return 1, count
+    return taken, None

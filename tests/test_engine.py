@@ -12,7 +12,7 @@ import pytest
 
 from host.catalog import ModelIndex, load_catalog
 from host.engine import rank, random_query
-from librarian import TEST_MODEL, brute_force_ranking, make_bit, unit_vectors, write_library
+from librarian import TEST_MODEL, brute_force_ranking, make_bit, reference_budget, unit_vectors, write_library
 
 DIMENSION = 8
 NOBODY = frozenset()
@@ -60,17 +60,6 @@ def bit_ids(index: ModelIndex, rows: np.ndarray) -> list[str]:
         owner, local = index.locate(row)
         ids.append(owner.bit_id(local))
     return ids
-
-
-def reference_budget(ranked_token_counts: list[int], count: int) -> int:
-    """How many ranked bits the token rule takes: stop at the first that overflows."""
-    total = taken = 0
-    for tokens in ranked_token_counts:
-        if total + tokens > count:
-            break
-        total += tokens
-        taken += 1
-    return taken
 
 
 # ---- ranking -------------------------------------------------------------------------------------
@@ -214,11 +203,8 @@ def test_token_budget_matches_the_reference_rule(tmp_path: Path, seed: int) -> N
 
     for count in (1, 37, 250, 10_000):
         selection = rank(index, query, granted=NOBODY, count=count, count_type="token")
-        taken = reference_budget([token_counts[row] for row in order], count)
-        if taken == 0:
-            assert selection.rows.tolist() == order[:1] and selection.first_bit_cut_to == count
-        else:
-            assert selection.rows.tolist() == order[:taken] and selection.first_bit_cut_to is None
+        taken, cut_to = reference_budget([token_counts[row] for row in order], count)
+        assert selection.rows.tolist() == order[:taken] and selection.first_bit_cut_to == cut_to
 
 
 def test_candidates_grow_until_many_small_bits_fill_the_budget(tmp_path: Path) -> None:
@@ -323,10 +309,7 @@ def test_restricted_count_is_how_many_hidden_bits_the_budget_would_have_held(
     mixed, vectors, token_counts, public = libraries.mixed, libraries.vectors, libraries.token_counts, libraries.is_public
     query = unit_vectors(1, DIMENSION, seed=7)[0]
     everything = brute_force_ranking(vectors, query)
-    if count_type == "bit":
-        would_return = everything[:count]
-    else:
-        would_return = everything[: max(1, reference_budget([token_counts[row] for row in everything], count))]
+    would_return = everything[: reference_budget([token_counts[row] for row in everything], count, count_type)[0]]
 
     selection = rank(mixed, query, granted=NOBODY, count=count, count_type=count_type,  # type: ignore[arg-type]
                      count_restricted=True)

@@ -30,7 +30,7 @@ from host.errors import HTTPError
 from host.query_args import COUNT_TYPES, QueryArgs, parse_query_args
 from host.sign_codes import sign_codes
 from host.store import CompiledLibrary, SourceKey
-from librarian import TEST_MODEL, b64
+from librarian import TEST_MODEL, b64, reference_budget
 
 DIMENSION = 8
 TAGS = ("a", "b")
@@ -159,20 +159,6 @@ def reference_rows(members: list[Library], query: np.ndarray, granted: frozenset
     scores = vectors.astype(np.float64) @ query.astype(np.float64)
     visible = [row for row in range(len(vectors)) if tags[row] is None or tags[row] in granted]
     return sorted(visible, key=lambda row: (-scores[row], row))
-
-
-def reference_budget(ranked_tokens: list[int], count: int, count_type: str) -> tuple[int, int | None]:
-    if count_type == "bit":
-        return min(count, len(ranked_tokens)), None
-    total = taken = 0
-    for tokens in ranked_tokens:
-        if total + tokens > count:
-            break
-        total += tokens
-        taken += 1
-    if taken == 0 and ranked_tokens:
-        return 1, count
-    return taken, None
 
 
 def all_tokens(members: list[Library]) -> np.ndarray:
