@@ -99,6 +99,10 @@ class ModelIndex:
     def bit_count(self) -> int:
         return int(self.offsets[-1])
 
+    @property
+    def max_norm(self) -> float:
+        return max(library.max_norm for library in self.libraries)
+
     def locate(self, row: int) -> tuple[CompiledLibrary, int]:
         position = int(np.searchsorted(self.offsets, row, side="right")) - 1
         return self.libraries[position], row - int(self.offsets[position])

@@ -6,6 +6,7 @@ Everything here takes arrays and returns arrays: no HTTP, no files, no JSON.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Literal, NamedTuple
 
 import numpy as np
@@ -17,6 +18,8 @@ CountType = Literal["token", "bit"]
 FIRST_GUESS_FOR_TOKENS = 64  # candidates taken before the token budget is known to be filled
 GROWTH = 4
 HIDDEN_DISTANCE = np.uint16(np.iinfo(np.uint16).max)  # never among the nearest codes
+FLOAT32_ROUNDING = 2.0**-23  # twice float32's unit roundoff
+RESCORE_BLOCK = 1024  # rows converted to float64 at a time
 
 
 @dataclass(frozen=True)
@@ -30,10 +33,37 @@ class Selection:
 
 
 def similarities(index: ModelIndex, query: np.ndarray) -> np.ndarray:
-    """Dot product of `query` with every row: the only full pass over the matrix."""
+    """Dot product of `query` with every row: the only full pass over the matrix.
+
+    These float32 scores only find candidates: BLAS blocks a product differently for different
+    shapes, so a row's score here can depend on the rows around it. Returned similarities and
+    their order come from `exact_scores`.
+    """
     if len(index.libraries) == 1:
         return index.libraries[0].embeddings @ query
     return np.concatenate([library.embeddings @ query for library in index.libraries])
+
+
+def exact_scores(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """The similarity a client sees: the dot product accumulated in float64, rounded to float32.
+
+    The same value for a bit wherever it sits and whatever else the library holds (private bits
+    included), in every search mode: the float32 pass is only a filter in front of it.
+    """
+    query64 = query.astype(np.float64)
+    scores = np.empty(len(vectors), dtype=np.float32)
+    for start in range(0, len(vectors), RESCORE_BLOCK):
+        scores[start : start + RESCORE_BLOCK] = vectors[start : start + RESCORE_BLOCK].astype(np.float64) @ query64
+    return scores
+
+
+def rounding_margin(dimension: int, max_norm: float, query: np.ndarray) -> float:
+    """How far a float32 score may be from its exact value, twice over (the gap a candidate may
+    fall short of the k-th fast score and still be in the exact top k): |s - exact| <= d·u·|e|·|q|."""
+    return 2 * (dimension + 4) * FLOAT32_ROUNDING * max_norm * float(np.linalg.norm(query.astype(np.float64)))
+
+
+Rescore = Callable[[np.ndarray], np.ndarray]  # rows -> their exact scores
 
 
 def apply_budget(token_counts: np.ndarray, count: int, count_type: CountType) -> tuple[int, int | None]:
@@ -50,30 +80,38 @@ def apply_budget(token_counts: np.ndarray, count: int, count_type: CountType) ->
     return fitting, None
 
 
-def best_rows(scores: np.ndarray, k: int) -> np.ndarray:
-    """The rows of the k highest scores (and any tied with the k-th), best first, ties by row."""
+def best_rows(scores: np.ndarray, k: int, rescore: Rescore, margin: float) -> tuple[np.ndarray, np.ndarray]:
+    """The k best rows by exact score, ties by row, and their exact scores.
+
+    `scores` are fast float32 scores (-inf for hidden rows). Every row of the exact top k has a
+    fast score within `margin` of the k-th fast score, so only those are re-scored exactly.
+    """
     if k >= len(scores):
         candidates = np.flatnonzero(scores > -np.inf)
     else:
         threshold = np.partition(scores, len(scores) - k)[len(scores) - k]
-        candidates = np.flatnonzero(scores >= threshold)
-    return candidates[np.lexsort((candidates, -scores[candidates]))]
+        candidates = np.flatnonzero(scores >= threshold - margin)
+    exact = rescore(candidates)
+    order = np.lexsort((candidates, -exact))[:k]
+    return candidates[order], exact[order]
 
 
 def select(
-    scores: np.ndarray, token_counts: np.ndarray, visible: int, count: int, count_type: CountType
-) -> tuple[np.ndarray, int | None, bool]:
-    """Rows (best first) that fill the budget, the first bit's cut, and whether the budget is full.
+    scores: np.ndarray, token_counts: np.ndarray, visible: int, count: int, count_type: CountType,
+    rescore: Rescore, margin: float,
+) -> tuple[np.ndarray, np.ndarray, int | None, bool]:
+    """Rows (best first) that fill the budget, their exact scores, the first bit's cut, and whether
+    the budget is full.
 
     Hidden rows carry a score of -inf. `full` is False only when every visible row fit.
     """
     k = min(visible, count if count_type == "bit" else FIRST_GUESS_FOR_TOKENS)
     while True:
-        rows = best_rows(scores, k) if k else np.zeros(0, dtype=np.int64)
+        rows, exact = best_rows(scores, k, rescore, margin) if k else (np.zeros(0, np.int64), np.zeros(0, np.float32))
         taken, cut_to = apply_budget(token_counts[rows], count, count_type)
         full = taken < len(rows) or (count_type == "bit" and taken >= count)
         if full or k >= visible:
-            return rows[:taken], cut_to, full
+            return rows[:taken], exact[:taken], cut_to, full
         k = min(visible, k * GROWTH)
 
 
@@ -99,13 +137,16 @@ class _ExactScan:
 
     def __init__(self, index: ModelIndex, query: np.ndarray) -> None:
         self.index = index
+        self.query = query
         self.scores = similarities(index, query)
+        self.margin = rounding_margin(index.dimension, index.max_norm, query)
 
     def fill(self, mask: np.ndarray | None, count: int, count_type: CountType) -> _Filled:
         scores = self.scores if mask is None else np.where(mask, self.scores, np.float32(-np.inf))
         visible = self.index.bit_count if mask is None else int(np.count_nonzero(mask))
-        rows, cut_to, _ = select(scores, self.index.token_counts, visible, count, count_type)
-        return _Filled(rows, scores[rows], cut_to)
+        rows, exact, cut_to, _ = select(scores, self.index.token_counts, visible, count, count_type,
+                                        lambda rows: exact_scores(self.index.gather(rows), self.query), self.margin)
+        return _Filled(rows, exact, cut_to)
 
 
 class _SignCodeScan:
@@ -115,6 +156,7 @@ class _SignCodeScan:
         self.index = index
         self.query = query
         self.oversample = oversample
+        self.margin = rounding_margin(index.dimension, index.max_norm, query)
         self.distances = np.concatenate([hamming_distances(lib.sign_codes, query) for lib in index.libraries])
 
     def fill(self, mask: np.ndarray | None, count: int, count_type: CountType) -> _Filled:
@@ -129,10 +171,12 @@ class _SignCodeScan:
             if pool >= visible // 2:  # nothing left to save: scan exactly
                 return _ExactScan(self.index, self.query).fill(mask, count, count_type)
             candidates = np.sort(np.argpartition(keys, pool)[:pool])
-            scores = self.index.gather(candidates) @ self.query
-            positions, cut_to, full = select(scores, self.index.token_counts[candidates], pool, count, count_type)
+            vectors = self.index.gather(candidates)
+            positions, exact, cut_to, full = select(
+                vectors @ self.query, self.index.token_counts[candidates], pool, count, count_type,
+                lambda positions: exact_scores(vectors[positions], self.query), self.margin)
             if full:
-                return _Filled(candidates[positions], scores[positions], cut_to)
+                return _Filled(candidates[positions], exact, cut_to)
             pool = min(visible, pool * GROWTH)
 
 

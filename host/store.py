@@ -10,7 +10,8 @@ A library file is parsed once and written to its own folder in the cache:
     sign_codes.npy      (words, bits) uint64, the signs of each embedding, for approximate search
     records.bin         one msgpack map per bit ({"text", "info"}), back to back
     record_offsets.npy  (bits + 1,) int64, where each record starts and ends
-    meta.json           written last: the source's cache key and the shapes above
+    meta.json           written last: the source's cache key, the shapes above and the largest
+                        embedding norm (which bounds the rounding error of a float32 dot product)
 
 The folder is built under a temporary name and renamed into place, so a reader never sees a
 half-written one; a folder whose files disagree with meta.json is rebuilt, not trusted.
@@ -37,7 +38,7 @@ import numpy as np
 from host.library_format import LibraryFormatError, ParsedLibrary, parse_library
 from host.sign_codes import sign_codes, words_for
 
-STORE_FORMAT = 2
+STORE_FORMAT = 3
 PUBLIC = ""  # tag id 0: visible to everyone
 DEFAULT_MAX_SOURCE_BYTES = 8 << 30
 log = logging.getLogger("polymath_host.store")
@@ -72,6 +73,7 @@ class CompiledLibrary:
     record_offsets: np.ndarray
     details: dict[str, Any]
     source_key: SourceKey
+    max_norm: float = 1.0  # the largest embedding's L2 norm
 
     @property
     def bit_count(self) -> int:
@@ -155,11 +157,21 @@ def write_compiled(library: ParsedLibrary, folder: Path, source_key: SourceKey, 
             "tags": list(tags),
             "details": library.details,
             "records_bytes": int(offsets[-1]),
+            "max_norm": largest_norm(library.embeddings),
         }
         _write_synced(building / "meta.json", lambda handle: handle.write(json.dumps(meta).encode()))
         _replace_folder(building, folder)
     finally:
         shutil.rmtree(building, ignore_errors=True)
+
+
+def largest_norm(embeddings: np.ndarray, block: int = 1 << 14) -> float:
+    """The largest row norm, computed in float64 block by block (no full-size temporary)."""
+    largest = 0.0
+    for start in range(0, len(embeddings), block):
+        rows = embeddings[start : start + block].astype(np.float64)
+        largest = max(largest, float(np.sqrt(np.einsum("ij,ij->i", rows, rows).max())))
+    return largest
 
 
 def _write_synced(path: Path, write: Any) -> None:
@@ -222,6 +234,7 @@ def open_compiled(folder: Path, source: Path) -> CompiledLibrary:
             record_offsets=offsets,
             details=meta["details"],
             source_key=SourceKey(**meta["source"]),
+            max_norm=float(meta["max_norm"]),
         )
     except StoreError:
         raise

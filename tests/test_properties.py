@@ -30,7 +30,7 @@ from host.errors import HTTPError
 from host.query_args import COUNT_TYPES, QueryArgs, parse_query_args
 from host.sign_codes import sign_codes
 from host.store import CompiledLibrary, SourceKey
-from librarian import TEST_MODEL, b64, reference_budget
+from librarian import TEST_MODEL, b64, exact_dot_products, reference_budget
 
 DIMENSION = 8
 TAGS = ("a", "b")
@@ -204,7 +204,7 @@ def test_exact_rank_is_the_visible_brute_force_ranking_cut_by_the_budget(
     assert selection.rows.tolist() == ranked[:taken]
     assert selection.first_bit_cut_to == cut_to
     vectors = np.concatenate([member.vectors for member in members])
-    np.testing.assert_array_equal(selection.scores, vectors[selection.rows] @ query)
+    np.testing.assert_array_equal(selection.scores, exact_dot_products(vectors[selection.rows], query))
     returned_tokens = tokens[selection.rows]
     if count_type == "token" and cut_to is None:
         assert returned_tokens.sum() <= count
@@ -226,7 +226,7 @@ def assert_obeys_the_budget(selection, index: ModelIndex, members: list[Library]
     visible = set(reference_rows(members, query, granted))
     rows = selection.rows.tolist()
     assert len(set(rows)) == len(rows) and set(rows) <= visible, "a hidden or repeated bit"
-    np.testing.assert_array_equal(selection.scores, vectors[rows] @ query)  # re-scored exactly
+    np.testing.assert_array_equal(selection.scores, exact_dot_products(vectors[rows], query))  # re-scored exactly
     assert all(earlier >= later for earlier, later in zip(selection.scores, selection.scores[1:]))
     if count_type == "bit":
         assert len(rows) == min(count, len(visible)) and selection.first_bit_cut_to is None
