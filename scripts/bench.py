@@ -56,7 +56,7 @@ from host import engine
 from host.catalog import ModelIndex, load_catalog
 from host.engine import EXACT, Search, rank
 from host.library_format import ADA_002, ParsedLibrary, canonical_id, encode_embedding, parse_library, parse_omit
-from host.rendering import render_json, render_msgpack
+from host.web.responses import render_json, render_msgpack
 from host.results import build_result
 from host.settings import Settings
 from host.sign_codes import hamming_distances

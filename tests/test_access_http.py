@@ -41,7 +41,7 @@ from starlette.applications import Starlette
 
 import access.cli
 from access import AccessControl, files
-from host.app import create_app
+from host.web.app import create_app
 from host.settings import Settings
 from librarian import TEST_MODEL, b64, brute_force_ranking, unit_vectors, write_library
 

@@ -23,7 +23,7 @@ from starlette.applications import Starlette
 from access import AccessControl
 from access.keys import generate_key_entry
 from access.tokens import issue_token
-from host.app import create_app
+from host.web.app import create_app
 from host.library_format import canonical_id
 from host.settings import Settings
 from librarian import TEST_MODEL, b64, brute_force_ranking, make_bit, make_library, unit_vectors, write_library

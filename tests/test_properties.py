@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 
 from host.catalog import ModelIndex
 from host.engine import Search, apply_budget, rank
-from host.errors import HTTPError
-from host.query_args import COUNT_TYPES, QueryArgs, parse_query_args
+from host.web.errors import HTTPError
+from host.web.query_args import COUNT_TYPES, QueryArgs, parse_query_args
 from host.sign_codes import sign_codes
 from host.store import CompiledLibrary, SourceKey
 from librarian import TEST_MODEL, b64, exact_dot_products, reference_budget

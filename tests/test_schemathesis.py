@@ -19,7 +19,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from host.openapi import OPENAPI
+from host.web.openapi import OPENAPI
 from conftest import RunningHost, start_host, stop_host
 from librarian import b64, make_library, unit_vectors, write_library
 

@@ -9,8 +9,8 @@ from cachetools import LRUCache
 
 from access import ANONYMOUS, AccessControl, Grant, TokenRejected
 from host.catalog import Catalog
-from host.errors import HTTPError
-from host.metrics import Metrics
+from host.web.errors import HTTPError
+from host.web.metrics import Metrics
 from host.settings import Settings
 
 PUBLISHED_LIBRARIES_KEPT = 64

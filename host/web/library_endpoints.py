@@ -9,11 +9,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 
 from access import Grant
-from host import page
-from host.errors import HTTPError
-from host.openapi import OPENAPI
-from host.rendering import JSON, render_json
-from host.request_context import bearer_token, cache_headers, host_state
+from host.web import page
+from host.web.errors import HTTPError
+from host.web.openapi import OPENAPI
+from host.web.responses import JSON, render_json
+from host.web.caller import bearer_token, cache_headers, host_state
 from host.static_library import publish_library
 
 

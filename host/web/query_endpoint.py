@@ -15,12 +15,12 @@ from starlette.responses import Response
 from access import Grant
 from host.catalog import Catalog, ModelIndex
 from host.engine import random_query, rank
-from host.errors import HTTPError, bad_request
-from host.query_args import QueryArgs, parse_query_args, query_vector
-from host.rendering import JSON, MSGPACK, render_json, render_msgpack, wants_msgpack
-from host.request_context import bearer_token, cache_headers, host_state
+from host.web.errors import HTTPError, bad_request
+from host.web.query_args import QueryArgs, parse_query_args, query_vector
+from host.web.responses import JSON, MSGPACK, render_json, render_msgpack, wants_msgpack
+from host.web.caller import bearer_token, cache_headers, host_state
 from host.results import build_result
-from host.state import HostState
+from host.web.state import HostState
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from host.engine import CountType
-from host.errors import bad_request
+from host.web.errors import bad_request
 from host.library_format import FORMAT_VERSION, LibraryFormatError, Omit, parse_omit
 
 DEFAULT_COUNT = 1000

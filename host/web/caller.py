@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from host.state import HostState
+from host.web.state import HostState
 
 
 def host_state(request: Request) -> HostState:

@@ -22,15 +22,15 @@ from starlette.routing import Route
 
 from access import AccessControl
 from host.catalog import Catalog, load_catalog
-from host.endpoints import healthz, home_page, library_file, list_libraries, metrics, openapi, readyz
-from host.errors import HTTPError
-from host.middleware import POLYMATH_LINK, AccessLog, PolymathLinkHeader, RateLimit, RequestBodyGuard
-from host.query_endpoint import query_endpoint
+from host.web.library_endpoints import healthz, home_page, library_file, list_libraries, metrics, openapi, readyz
+from host.web.errors import HTTPError
+from host.web.middleware import POLYMATH_LINK, AccessLog, PolymathLinkHeader, RateLimit, RequestBodyGuard
+from host.web.query_endpoint import query_endpoint
 from host.reloader import LibraryWatcher
-from host.rendering import error_response
-from host.request_context import host_state
+from host.web.responses import error_response
+from host.web.caller import host_state
 from host.settings import Settings
-from host.state import HostState
+from host.web.state import HostState
 
 log = logging.getLogger("polymath_host")
 LOG_LEVEL_VARIABLE = "POLYMATH_HOST_LOG_LEVEL"

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from cachetools import TTLCache
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from host.errors import HTTPError
-from host.metrics import Metrics
-from host.rendering import error_response
+from host.web.errors import HTTPError
+from host.web.metrics import Metrics
+from host.web.responses import error_response
 
 POLYMATH_LINK = b'</>; rel="polymath"'
 access_log = logging.getLogger("polymath_host.access_log")

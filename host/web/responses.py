@@ -8,7 +8,7 @@ from typing import Any
 import msgpack
 from starlette.responses import Response
 
-from host.errors import HTTPError
+from host.web.errors import HTTPError
 
 JSON = "application/json"
 MSGPACK = "application/msgpack"

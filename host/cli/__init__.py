@@ -128,7 +128,7 @@ def limit_blas_threads(threads: int) -> None:
 def serve_command(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from host.app import LOG_LEVEL_VARIABLE, create_app
+    from host.web.app import LOG_LEVEL_VARIABLE, create_app
 
     configure_logging(args.log_level)
     if not args.libraries.exists():
@@ -186,7 +186,7 @@ def serve_command(args: argparse.Namespace) -> int:
             return socket.socket(bound.family, bound.type, socket.IPPROTO_TCP, fileno=bound.detach())
 
         uvicorn.Config.bind_socket = bind_tcp_socket  # type: ignore[method-assign]
-        uvicorn.run("host.app:app_from_environment", factory=True, host=args.host, port=args.port,
+        uvicorn.run("host.web.app:app_from_environment", factory=True, host=args.host, port=args.port,
                     workers=args.workers, log_level=args.log_level, access_log=False)
     else:
         app = create_app(settings, catalog=catalog, access=access_control)
