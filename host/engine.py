@@ -5,13 +5,14 @@ Everything here takes arrays and returns arrays: no HTTP, no files, no JSON.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import Literal, NamedTuple
 
 import numpy as np
 
-from host.catalog import ModelIndex
+from host.index import ModelIndex
 from host.sign_codes import hamming_distances
 
 CountType = Literal["token", "bit"]
@@ -40,7 +41,8 @@ def similarities(index: ModelIndex, query: np.ndarray) -> np.ndarray:
     their order come from `exact_scores`.
     """
     if len(index.libraries) == 1:
-        return index.libraries[0].embeddings @ query
+        scores: np.ndarray = index.libraries[0].embeddings @ query
+        return scores
     return np.concatenate([library.embeddings @ query for library in index.libraries])
 
 
@@ -64,6 +66,10 @@ def rounding_margin(dimension: int, max_norm: float, query: np.ndarray) -> float
 
 
 Rescore = Callable[[np.ndarray], np.ndarray]  # rows -> their exact scores
+
+
+def _exact_scores_of(vectors: np.ndarray, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    return exact_scores(vectors[rows], query)
 
 
 def apply_budget(token_counts: np.ndarray, count: int, count_type: CountType) -> tuple[int, int | None]:
@@ -174,7 +180,7 @@ class _SignCodeScan:
             vectors = self.index.gather(candidates)
             positions, exact, cut_to, full = select(
                 vectors @ self.query, self.index.token_counts[candidates], pool, count, count_type,
-                lambda positions: exact_scores(vectors[positions], self.query), self.margin)
+                partial(_exact_scores_of, vectors, self.query), self.margin)
             if full:
                 return _Filled(candidates[positions], exact, cut_to)
             pool = min(visible, pool * GROWTH)

@@ -37,9 +37,9 @@ import numpy as np
 
 from host.library_format import LibraryFormatError, ParsedLibrary, parse_library
 from host.sign_codes import sign_codes, words_for
+from host.visibility import PUBLIC, allowed_tag_ids
 
 STORE_FORMAT = 3
-PUBLIC = ""  # tag id 0: visible to everyone
 DEFAULT_MAX_SOURCE_BYTES = 8 << 30
 log = logging.getLogger("polymath_host.store")
 
@@ -85,15 +85,15 @@ class CompiledLibrary:
 
     def record(self, row: int) -> dict[str, Any]:
         start, end = self.record_offsets[row], self.record_offsets[row + 1]
-        return msgpack.unpackb(self.records[start:end])
+        record: dict[str, Any] = msgpack.unpackb(self.records[start:end])
+        return record
 
     def bit_id(self, row: int) -> str:
         # numpy's S32 drops trailing zero bytes on read; pad them back.
         return bytes(self.ids[row]).ljust(32, b"\0").hex()
 
     def visible_rows(self, granted: frozenset[str]) -> np.ndarray:
-        allowed = [tag_id for tag_id, tag in enumerate(self.tags) if tag_id == 0 or tag in granted]
-        return np.isin(self.tag_ids, allowed)
+        return np.isin(self.tag_ids, allowed_tag_ids(self.tags, granted))
 
     def visible_bit_count(self, granted: frozenset[str]) -> int:
         return int(np.count_nonzero(self.visible_rows(granted)))
@@ -201,7 +201,7 @@ def open_compiled(folder: Path, source: Path) -> CompiledLibrary:
         bits, dimension = meta["bits"], meta["dimension"]
 
         def array(name: str, dtype: str, shape: tuple[int, ...], mmap: bool = True) -> np.ndarray:
-            loaded = np.load(folder / f"{name}.npy", mmap_mode="r" if mmap else None, allow_pickle=False)
+            loaded: np.ndarray = np.load(folder / f"{name}.npy", mmap_mode="r" if mmap else None, allow_pickle=False)
             if loaded.dtype != np.dtype(dtype) or loaded.shape != shape:
                 raise StoreError(f"{folder}/{name}.npy: expected {dtype} {shape}, found {loaded.dtype} {loaded.shape}")
             return loaded

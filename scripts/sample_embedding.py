@@ -29,8 +29,8 @@ from __future__ import annotations
 import base64
 import os
 import sys
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Sequence
 
 import numpy as np
 

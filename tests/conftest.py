@@ -13,7 +13,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from librarian import FIXTURES
 
 PROJECT = Path(__file__).resolve().parents[1]

@@ -37,13 +37,13 @@ import httpx
 import jwt
 import numpy as np
 import pytest
+from librarian import TEST_MODEL, b64, brute_force_ranking, unit_vectors, write_library
 from starlette.applications import Starlette
 
 import access.cli
 from access import AccessControl, files
-from host.web.app import create_app
 from host.settings import Settings
-from librarian import TEST_MODEL, b64, brute_force_ranking, unit_vectors, write_library
+from host.web.app import create_app
 
 pytestmark = pytest.mark.anyio
 
@@ -442,7 +442,7 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("search", [{"search": "approximate", "oversample": 8},
-                                    {"search": "auto", "approximate_from_bits": 400, "oversample": 8}],
+                                    {"search": "auto", "approximate_from": 400, "oversample": 8}],
                          ids=["approximate", "auto, over the threshold only with the private bits"])
 async def test_an_anonymous_answer_is_byte_identical_with_approximate_search_too(
     big: dict[str, Path], world: World, search: dict[str, Any]
@@ -812,7 +812,7 @@ async def test_every_token_failure_is_a_401_with_a_reason_and_a_challenge(
 # ---- cache headers ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("endpoint", ENDPOINTS + ["GET /libraries/access/beta/plans.json"])
+@pytest.mark.parametrize("endpoint", [*ENDPOINTS, "GET /libraries/access/beta/plans.json"])
 @pytest.mark.parametrize("via", ["field", "bearer"])
 @pytest.mark.parametrize("credential", ["alpha", "legacy alpha", "sk_unknown_opaque"])
 async def test_a_response_to_a_request_carrying_a_token_is_private(

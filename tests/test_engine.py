@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-from host.catalog import ModelIndex, load_catalog
-from host.engine import rank, random_query
 from librarian import TEST_MODEL, brute_force_ranking, make_bit, reference_budget, unit_vectors, write_library
+
+from host.catalog import load_catalog
+from host.engine import random_query, rank
+from host.index import ModelIndex
 
 DIMENSION = 8
 NOBODY = frozenset()

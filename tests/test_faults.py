@@ -23,7 +23,6 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-
 from conftest import RunningHost, start_host, stop_host
 from librarian import TEST_MODEL, b64, make_library, unit_vectors, write_library
 

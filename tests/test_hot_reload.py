@@ -24,7 +24,6 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-
 from conftest import PROJECT, RunningHost, start_host, stop_host
 from librarian import TEST_MODEL, b64, unit_vectors, write_library
 
@@ -356,9 +355,6 @@ def test_a_file_published_while_the_server_was_still_loading_is_picked_up(tmp_pa
 
         def install(self, catalog: Catalog) -> None:
             self.catalog = catalog
-
-        def tick(self) -> None:
-            pass
 
     host = Host(catalog)
     watcher = LibraryWatcher(host, folder, cache_dir=None, max_bytes=1 << 30, interval=0.05)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,15 +18,15 @@ import httpx
 import msgpack
 import numpy as np
 import pytest
+from librarian import TEST_MODEL, b64, brute_force_ranking, make_bit, make_library, unit_vectors, write_library
 from starlette.applications import Starlette
 
 from access import AccessControl
 from access.keys import generate_key_entry
 from access.tokens import issue_token
-from host.web.app import create_app
 from host.library_format import canonical_id
 from host.settings import Settings
-from librarian import TEST_MODEL, b64, brute_force_ranking, make_bit, make_library, unit_vectors, write_library
+from host.web.app import create_app
 
 pytestmark = pytest.mark.anyio
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from librarian import TEST_MODEL, b64, make_bit, make_library, unit_vectors
 
 from host.library_format import (
     ADA_002,
@@ -22,7 +23,6 @@ from host.library_format import (
     parse_library,
     parse_omit,
 )
-from librarian import TEST_MODEL, b64, make_bit, make_library, unit_vectors
 
 
 def three_bit_library(**top: Any) -> dict[str, Any]:
@@ -334,12 +334,12 @@ def test_version_0_bits_are_validated_like_version_1_bits():
 
 
 def test_canonical_id_is_sha256_of_stripped_url_newline_stripped_text():
-    expected = hashlib.sha256("https://a.example/x\nSome text.".encode()).hexdigest()
+    expected = hashlib.sha256(b"https://a.example/x\nSome text.").hexdigest()
     assert canonical_id("  https://a.example/x\n", "\tSome text.  ") == expected
 
 
 def test_canonical_id_hashes_utf8():
-    assert canonical_id("u", "café") == hashlib.sha256("u\ncafé".encode("utf-8")).hexdigest()
+    assert canonical_id("u", "café") == hashlib.sha256("u\ncafé".encode()).hexdigest()
 
 
 def test_parsed_ids_are_canonical_whatever_id_the_file_gives():

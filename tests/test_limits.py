@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterator
 import httpx
 import numpy as np
 import pytest
-
 from conftest import RunningHost, start_host, stop_host
 from librarian import b64, make_library, unit_vectors, write_library
 

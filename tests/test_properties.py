@@ -23,14 +23,14 @@ from pathlib import Path
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from librarian import TEST_MODEL, b64, exact_dot_products, reference_budget
 
-from host.catalog import ModelIndex
 from host.engine import Search, apply_budget, rank
-from host.web.errors import HTTPError
-from host.web.query_args import COUNT_TYPES, QueryArgs, parse_query_args
+from host.index import ModelIndex
 from host.sign_codes import sign_codes
 from host.store import CompiledLibrary, SourceKey
-from librarian import TEST_MODEL, b64, exact_dot_products, reference_budget
+from host.web.errors import HTTPError
+from host.web.query_args import COUNT_TYPES, QueryArgs, parse_query_args
 
 DIMENSION = 8
 TAGS = ("a", "b")
@@ -277,7 +277,7 @@ def test_approximate_search_covering_the_library_returns_the_exact_rows(
     built: tuple[ModelIndex, list[Library]], query: np.ndarray, granted: frozenset[str], count: int,
     count_type: str,
 ) -> None:
-    index, members = built
+    index, _ = built
     kwargs = {"granted": granted, "count": count, "count_type": count_type}
     exact = rank(index, query, **kwargs)  # type: ignore[arg-type]
     approximate = rank(index, query, search=Search(approximate=True, oversample=index.bit_count), **kwargs)  # type: ignore[arg-type]

@@ -10,7 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 import schemathesis
+from conftest import RunningHost, start_host, stop_host
 from hypothesis import HealthCheck, given, settings
+from librarian import b64, make_library, unit_vectors, write_library
 from schemathesis.checks import (
     content_type_conformance,
     not_a_server_error,
@@ -20,8 +22,6 @@ from schemathesis.checks import (
 )
 
 from host.web.openapi import OPENAPI
-from conftest import RunningHost, start_host, stop_host
-from librarian import b64, make_library, unit_vectors, write_library
 
 EXAMPLES = 60  # per operation: the whole file stays within a few seconds
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,

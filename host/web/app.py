@@ -1,7 +1,7 @@
 """The ASGI app: routes, middleware, error handlers and the library watcher, put together.
 
 Data flows one way: files -> compiled store -> engine -> response. The endpoints only parse
-arguments, call the engine and render; errors become `{"error": ...}` here, at the edge.
+arguments, ask the query core and render; errors become `{"error": ...}` here, at the edge.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import os
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from functools import partial
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -22,18 +23,32 @@ from starlette.routing import Route
 
 from access import AccessControl
 from host.catalog import Catalog, load_catalog
-from host.web.library_endpoints import healthz, home_page, library_file, list_libraries, metrics, openapi, readyz
-from host.web.errors import HTTPError
-from host.web.middleware import POLYMATH_LINK, AccessLog, PolymathLinkHeader, RateLimit, RequestBodyGuard
-from host.web.query_endpoint import query_endpoint
+from host.errors import NothingLoaded, QueryError
+from host.process import LOG_LEVEL_VARIABLE, configure_logging, limit_blas_threads
 from host.reloader import LibraryWatcher
-from host.web.responses import error_response
-from host.web.caller import host_state
 from host.settings import Settings
-from host.web.state import HostState
+from host.web.caller import verified_subject
+from host.web.errors import HTTPError, from_core
+from host.web.library_endpoints import library_file, list_libraries
+from host.web.middleware import POLYMATH_LINK, AccessLog, PolymathLinkHeader, RateLimit, RequestBodyGuard
+from host.web.page import home_page
+from host.web.query_endpoint import query_endpoint
+from host.web.responses import error_response
+from host.web.service_endpoints import healthz, metrics, openapi, readyz
+from host.web.state import HostState, host_state
 
 log = logging.getLogger("polymath_host")
-LOG_LEVEL_VARIABLE = "POLYMATH_HOST_LOG_LEVEL"
+
+ROUTES = [
+    Route("/", query_endpoint, methods=["POST"]),
+    Route("/", home_page, methods=["GET"]),
+    Route("/libraries", list_libraries, methods=["GET"]),
+    Route("/libraries/{name:path}", library_file, methods=["GET"]),
+    Route("/healthz", healthz, methods=["GET"]),
+    Route("/readyz", readyz, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
+    Route("/openapi.json", openapi, methods=["GET"]),
+]
 
 
 def create_app(settings: Settings, catalog: Catalog | None = None, access: AccessControl | None = None) -> Starlette:
@@ -42,7 +57,8 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
         catalog = load_catalog(settings.libraries, cache_dir=settings.cache_dir, max_bytes=settings.max_library_bytes)
     state = HostState(settings, catalog, access or AccessControl.from_file(settings.access))
     watcher = LibraryWatcher(state, settings.libraries, cache_dir=settings.cache_dir,
-                             max_bytes=settings.max_library_bytes, interval=settings.watch_interval)
+                             max_bytes=settings.max_library_bytes, interval=settings.watch_interval,
+                             also_each_poll=state.access.reload_if_changed)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -55,25 +71,22 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
             watcher.stop()
 
     app = Starlette(
-        routes=[
-            Route("/", query_endpoint, methods=["POST"]),
-            Route("/", home_page, methods=["GET"]),
-            Route("/libraries", list_libraries, methods=["GET"]),
-            Route("/libraries/{name:path}", library_file, methods=["GET"]),
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/readyz", readyz, methods=["GET"]),
-            Route("/metrics", metrics, methods=["GET"]),
-            Route("/openapi.json", openapi, methods=["GET"]),
-        ],
+        routes=ROUTES,
         middleware=[
             Middleware(PolymathLinkHeader),
             Middleware(AccessLog, metrics=state.metrics, generation=lambda: state.catalog.generation),
-            Middleware(RateLimit, per_second=settings.rate_limit_per_second, burst=settings.rate_limit_burst,
-                       subject_of=state.subject_of),
+            Middleware(RateLimit, per_second=settings.rate_limit, burst=settings.rate_burst,
+                       subject_of=partial(verified_subject, state.access)),
             Middleware(RequestBodyGuard, max_bytes=settings.max_body_bytes, read_timeout=settings.body_read_timeout),
         ],
         lifespan=lifespan,
-        exception_handlers={HTTPError: on_refused, HTTPException: on_starlette_error, Exception: on_crash},
+        exception_handlers={
+            HTTPError: on_refused,
+            QueryError: on_core_refusal,
+            NothingLoaded: on_core_refusal,
+            HTTPException: on_starlette_error,
+            Exception: on_crash,
+        },
     )
     app.state.host = state
     app.state.watcher = watcher
@@ -81,11 +94,8 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
 
 
 def app_from_environment() -> Starlette:
-    """Factory for `uvicorn --factory` when serving with several workers."""
-    from host.cli import configure_logging, limit_blas_threads  # a worker is a fresh process: set it up as `serve` does
-
-    if not logging.getLogger("polymath_host.access_log").handlers:
-        configure_logging(os.environ.get(LOG_LEVEL_VARIABLE, "info"))
+    """Factory for `uvicorn --factory` when serving with several workers: set up as `serve` does."""
+    configure_logging(os.environ.get(LOG_LEVEL_VARIABLE, "info"))
     settings = Settings.from_environment()
     limit_blas_threads(settings.blas_threads)
     return create_app(settings)
@@ -97,10 +107,15 @@ async def on_refused(request: Request, error: Exception) -> Response:
     return error_response(error)
 
 
+async def on_core_refusal(request: Request, error: Exception) -> Response:
+    return await on_refused(request, from_core(error))
+
+
 async def on_starlette_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, HTTPException)
     messages = {404: "there is nothing at this path", 405: f"{request.method} is not allowed on {request.url.path}"}
-    return error_response(HTTPError(error.status_code, messages.get(error.status_code, str(error.detail)), error.headers))
+    return error_response(HTTPError(error.status_code, messages.get(error.status_code, str(error.detail)),
+                                    dict(error.headers or {})))
 
 
 async def on_crash(request: Request, error: Exception) -> Response:

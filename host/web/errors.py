@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from host.errors import NothingLoaded, QueryError
+
 
 class HTTPError(Exception):
     """A request we refuse: `message` is one sentence safe to show to any client."""
@@ -15,3 +17,11 @@ class HTTPError(Exception):
 
 def bad_request(message: str) -> HTTPError:
     return HTTPError(400, message)
+
+
+STATUS_OF_CORE_REFUSALS: dict[type[Exception], int] = {QueryError: 400, NothingLoaded: 503}
+
+
+def from_core(error: Exception) -> HTTPError:
+    """The HTTP refusal for a core refusal (host.errors)."""
+    return HTTPError(STATUS_OF_CORE_REFUSALS[type(error)], str(error))

@@ -109,8 +109,8 @@ OPENAPI: dict[str, Any] = {
         "/healthz": {"get": {"summary": "Alive", "responses": {"200": {"description": "Alive"}}}},
         "/readyz": {"get": {"summary": "Libraries loaded", "responses": {"200": {"description": "Ready"},
                                                                          "503": {"description": "Not ready"}}}},
-        "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "Metrics",
-                                                                                    "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+        "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {
+            "description": "Metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
     },
     "components": {"schemas": {"Error": _ERROR, "Bit": _BIT, "Library": _LIBRARY}},
 }

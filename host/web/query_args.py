@@ -11,12 +11,13 @@ from typing import Any
 import numpy as np
 
 from host.engine import CountType
-from host.web.errors import bad_request
 from host.library_format import FORMAT_VERSION, LibraryFormatError, Omit, parse_omit
+from host.web.errors import bad_request
 
 DEFAULT_COUNT = 1000
 DEFAULT_OMIT = "embedding"
 COUNT_TYPES: tuple[CountType, ...] = ("token", "bit")
+DEFAULT_OMIT_KEYS = parse_omit(DEFAULT_OMIT)
 MAX_QUERY_MAGNITUDE = 1e6  # larger values overflow float32 dot products into inf/NaN
 
 
@@ -27,7 +28,7 @@ class QueryArgs:
     model: str | None = None
     count: int = DEFAULT_COUNT
     count_type: CountType = "token"
-    omit: Omit = parse_omit(DEFAULT_OMIT)
+    omit: Omit = DEFAULT_OMIT_KEYS
     access_token: str | None = None
 
 
@@ -52,7 +53,7 @@ def parse_query_args(fields: Mapping[str, Any], *, max_count: int, max_embedding
         query_embedding=_embedding_bytes(fields.get("query_embedding"), max_embedding_bytes),
         model=_text(fields, "query_embedding_model") or None,
         count=count,
-        count_type=count_type,  # type: ignore[arg-type]
+        count_type=count_type,
         omit=omit,
         access_token=_text(fields, "access_token") or None,
     )

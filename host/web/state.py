@@ -6,12 +6,13 @@ import threading
 from typing import Any
 
 from cachetools import LRUCache
+from starlette.requests import Request
 
-from access import ANONYMOUS, AccessControl, Grant, TokenRejected
+from access import AccessControl
 from host.catalog import Catalog
-from host.web.errors import HTTPError
-from host.web.metrics import Metrics
+from host.query import SearchPolicy
 from host.settings import Settings
+from host.web.metrics import Metrics
 
 PUBLISHED_LIBRARIES_KEPT = 64
 
@@ -21,9 +22,10 @@ class HostState:
         self.settings = settings
         self.catalog = catalog
         self.access = access
+        self.search = SearchPolicy(settings.search, settings.approximate_from, settings.oversample)
         self.metrics = Metrics()
-        self.answers = _LockedCache(settings.query_cache_entries)  # rendered query results
-        self.published = _LockedCache(PUBLISHED_LIBRARIES_KEPT)  # rendered library files and ETags
+        self.answers = LockedCache(settings.query_cache_entries)  # rendered query results
+        self.published = LockedCache(PUBLISHED_LIBRARIES_KEPT)  # rendered library files and ETags
         self._describe(catalog)
 
     def install(self, catalog: Catalog) -> None:
@@ -31,30 +33,6 @@ class HostState:
         self.catalog = catalog
         self.metrics.count("polymath_reloads_total")
         self._describe(catalog)
-
-    def tick(self) -> None:
-        """Housekeeping between requests: follow the access file even when no token arrives."""
-        self.access.reload_if_changed()
-
-    def grant_for(self, token: str | None) -> Grant:
-        """What a token may see; a token that fails verification is a 401 saying why."""
-        if not token:
-            return ANONYMOUS
-        try:
-            return self.access.authorize(token)
-        except TokenRejected as rejected:
-            raise HTTPError(
-                401,
-                f"the access token was refused: {rejected.reason}",
-                {"WWW-Authenticate": f'Bearer error="invalid_token", error_description="{rejected.reason}"'},
-            ) from None
-
-    def subject_of(self, token: str) -> str | None:
-        """Who a valid token belongs to; None for an unknown, refused or anonymous one."""
-        try:
-            return self.access.authorize(token).subject
-        except TokenRejected:
-            return None
 
     def _describe(self, catalog: Catalog) -> None:
         # /metrics is as public as every other path: it counts only what anyone may see.
@@ -65,7 +43,12 @@ class HostState:
         self.metrics.gauge("polymath_library_problems", len(catalog.problems))
 
 
-class _LockedCache:
+def host_state(request: Request) -> HostState:
+    state: HostState = request.app.state.host
+    return state
+
+
+class LockedCache:
     """A bounded LRU shared by the threads that compute answers (cachetools is not thread-safe)."""
 
     def __init__(self, entries: int) -> None:

@@ -1,0 +1,30 @@
+"""The endpoints for operators and tools: liveness, readiness, metrics, the OpenAPI document."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+
+from host.web.openapi import OPENAPI
+from host.web.responses import JSON, render_json
+from host.web.state import host_state
+
+
+async def healthz(request: Request) -> Response:
+    return Response(render_json({"status": "ok"}), media_type=JSON)
+
+
+async def readyz(request: Request) -> Response:
+    catalog = host_state(request).catalog
+    ready = bool(catalog.libraries)
+    body = {"status": "ready" if ready else "no libraries loaded", "generation": catalog.generation,
+            "public_libraries": len(catalog.public_libraries())}
+    return Response(render_json(body), 200 if ready else 503, media_type=JSON)
+
+
+async def metrics(request: Request) -> Response:
+    return PlainTextResponse(host_state(request).metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+async def openapi(request: Request) -> Response:
+    return Response(render_json(OPENAPI), media_type=JSON)
