@@ -680,6 +680,16 @@ async def test_a_published_library_answers_a_conditional_get_with_304(client: ht
     assert changed.status_code == 200 and changed.content == first.content
 
 
+async def test_if_none_match_compares_weakly_as_rfc_9110_says(client: httpx.AsyncClient) -> None:
+    etag = (await client.get("/libraries/science.json")).headers["etag"]
+
+    weak = await client.get("/libraries/science.json", headers={"If-None-Match": f"W/{etag}"})
+    anything = await client.get("/libraries/science.json", headers={"If-None-Match": "*"})
+
+    assert weak.status_code == 304  # a CDN that weakened our tag still gets its 304
+    assert anything.status_code == 304
+
+
 async def test_the_anonymous_etag_does_not_reveal_private_bits(tmp_path: Path) -> None:
     with_private = Host(tmp_path / "with")
     without = Host(tmp_path / "without")
