@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from host.index import ModelIndex
@@ -51,6 +52,13 @@ def discover(root: Path) -> list[LibraryFile]:
     return found
 
 
+def describe_problem(problem: Exception) -> str:
+    """One line for what went wrong with a file: our own errors as they are, others with their type."""
+    if isinstance(problem, LibraryFormatError | OSError):
+        return str(problem)
+    return f"{type(problem).__name__}: {str(problem).splitlines()[0] if str(problem) else 'unreadable'}"[:300]
+
+
 def default_cache_dir(root: Path) -> Path:
     return (root.parent if root.is_file() else root) / COMPILED_FOLDER
 
@@ -64,11 +72,21 @@ class Catalog:
     models: dict[str, ModelIndex]
     problems: tuple[str, ...] = ()
 
+    public_problems: int = 0  # problems with files outside `access/` folders (the rest are private)
+
     def public_libraries(self) -> list[CompiledLibrary]:
         return [library for library in self.libraries if library.visible_bit_count(frozenset())]
 
     def library(self, name: str) -> CompiledLibrary | None:
-        return next((library for library in self.libraries if library.name == name), None)
+        return self._by_name.get(name)
+
+    @cached_property
+    def _by_name(self) -> dict[str, CompiledLibrary]:
+        return {library.name: library for library in self.libraries}
+
+    def public_fingerprint(self) -> tuple[tuple[str, str], ...]:
+        """What anyone may see of this generation: a reload changes it only if the public view changed."""
+        return tuple((library.name, library.public_digest) for library in self.public_libraries())
 
 
 def load_catalog(
@@ -90,6 +108,7 @@ def load_catalog(
     earlier = {library.name: library for library in previous.libraries} if previous else {}
     loaded: list[CompiledLibrary] = []
     problems: list[str] = []
+    public_problems = 0
     for entry in discover(root):
         before = earlier.get(entry.name)
         try:
@@ -103,9 +122,10 @@ def load_catalog(
                 access_tag=entry.access_tag,
                 max_bytes=max_bytes,
             )
-        except (LibraryFormatError, OSError) as problem:
+        except Exception as problem:  # one publisher's file, however broken, must not stop the others
             still = "; still serving its previous version" if before is not None else ""
-            problems.append(f"{entry.path}: {problem}{still}")
+            problems.append(f"{entry.path}: {describe_problem(problem)}{still}")
+            public_problems += entry.access_tag is None
             if before is not None:
                 loaded.append(before)
             continue
@@ -115,7 +135,9 @@ def load_catalog(
         loaded.append(library)
     generation = previous.generation + 1 if previous else 1
     models, kept, conflicts = group_by_model(loaded)
-    return Catalog(generation, tuple(kept), models, tuple(problems + conflicts))
+    refused = [library for library in loaded if not any(library is taken for taken in kept)]
+    public_problems += sum(1 for library in refused if library.visible_bit_count(frozenset()))
+    return Catalog(generation, tuple(kept), models, tuple(problems + conflicts), public_problems)
 
 
 def group_by_model(libraries: Iterable[CompiledLibrary]) -> tuple[dict[str, ModelIndex], list[CompiledLibrary], list[str]]:

@@ -46,22 +46,23 @@ class Query:
 def choose_model(catalog: Catalog, model: str | None, grant: Grant, *, reveal_all: bool = False) -> ModelIndex:
     """The model index to answer from; the host's only one when none is named.
 
-    A model with no bit this caller may see is not revealed to them: not named in errors, not
-    answerable, not in the way of the default model. With the opt-in restricted signals on
-    (`reveal_all`), it is answered, so the caller can be told that bits were held back.
+    A model with no bit this caller may see is not revealed to them: never named in errors, never
+    in the way of the default model. Only with the opt-in restricted signals on (`reveal_all`) is
+    such a model answered when the caller names it exactly, so they can be told bits were held back.
     """
-    models = catalog.models if reveal_all else {
-        name: index for name, index in catalog.models.items() if index.visible_count(grant.access_tags)}
+    models = {name: index for name, index in catalog.models.items() if index.visible_count(grant.access_tags)}
+    served = ", ".join(sorted(models)) or "nothing yet"
     if model is None:
         if len(models) == 1:
             return next(iter(models.values()))
         if not models:
             raise NothingLoaded("no libraries are loaded on this host yet")
-        raise QueryError(f"query_embedding_model is required: this host serves {', '.join(sorted(models))}")
-    if model not in models:
-        served = ", ".join(sorted(models)) or "nothing yet"
-        raise QueryError(f"query_embedding_model {model!r:.80} is not served here; this host serves {served}")
-    return models[model]
+        raise QueryError(f"query_embedding_model is required: this host serves {served}")
+    if model in models:
+        return models[model]
+    if reveal_all and model in catalog.models:
+        return catalog.models[model]
+    raise QueryError(f"query_embedding_model {model!r:.80} is not served here; this host serves {served}")
 
 
 def run_query(index: ModelIndex, query: Query, grant: Grant, policy: SearchPolicy, *,

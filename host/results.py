@@ -6,6 +6,7 @@ files served as static assets and the page all use it.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -17,7 +18,10 @@ from host.library_format import FORMAT_VERSION, Omit, encode_embedding, parse_om
 from host.store import CompiledLibrary
 
 RESTRICTED_PREFIX = "Restricted results were omitted. "
+RENDERING = 1  # bumped whenever the same bits would render differently: old ETags must not match
 OMIT_NOTHING = parse_omit("")
+BYTES_AROUND_BITS = 400  # version, model, omit, sort, details
+BYTES_PER_BIT = 200  # keys, punctuation, the id, similarity and token count
 _WORD = re.compile(r"\S+")
 
 
@@ -105,10 +109,29 @@ def build_result(
     }
 
 
-def publish_library(library: CompiledLibrary, granted: frozenset[str]) -> dict[str, Any]:
-    """A compiled library published back as a version-1 file, holding only what `granted` may see."""
-    bits = [result_bit(library, row) for row in np.flatnonzero(library.visible_rows(granted)).tolist()]
-    details: dict[str, Any] = {"counts": {"bits": len(bits)}}
+def estimated_answer_bytes(index: ModelIndex, selection: Selection, omit: Omit, *, binary_embeddings: bool) -> int:
+    """About how many bytes `build_result` would render to, known before rendering any of it.
+
+    A bit's record (text and info) takes about as many bytes in JSON as in its stored msgpack form;
+    its embedding takes 4 bytes a value, 4/3 of that in base64.
+    """
+    if omit.everything or not len(selection.rows):
+        return BYTES_AROUND_BITS
+    per_bit = BYTES_PER_BIT
+    if "embedding" not in omit:
+        per_bit += index.dimension * 4 if binary_embeddings else -(-index.dimension * 4 // 3) * 4
+    records = 0
+    if "text" not in omit or "info" not in omit:
+        for position, library in enumerate(index.libraries):
+            start, stop = index.offsets[position], index.offsets[position + 1]
+            local = selection.rows[(selection.rows >= start) & (selection.rows < stop)] - start
+            records += int((library.record_offsets[local + 1] - library.record_offsets[local]).sum())
+    return BYTES_AROUND_BITS + len(selection.rows) * per_bit + records
+
+
+def library_header(library: CompiledLibrary, bit_count: int) -> dict[str, Any]:
+    """A published library without its bits (SPEC §2): `bits` comes last, so the file can be streamed."""
+    details: dict[str, Any] = {"counts": {"bits": bit_count}}
     if isinstance(library.details.get("message"), str):
         details["message"] = library.details["message"]
     return {
@@ -117,5 +140,27 @@ def publish_library(library: CompiledLibrary, granted: frozenset[str]) -> dict[s
         "omit": "",
         "sort": "any",
         "details": details,
-        "bits": bits,
+        "bits": [],
     }
+
+
+def visible_digest(library: CompiledLibrary, granted: frozenset[str]) -> str:
+    """A digest of what a caller holding `granted` gets as this library's file: a strong validator.
+
+    Public bits alone use the digest made at compile time; with tags, the visible bits are hashed
+    in order, which costs one pass over them (the edge keeps the result).
+    """
+    if not any(tag in library.tags for tag in granted):
+        return hashlib.sha256(f"{RENDERING}:{library.public_digest}".encode()).hexdigest()
+    digest = hashlib.sha256(f"{RENDERING}:{library.embedding_model}:{library.details.get('message')!r}".encode())
+    for row in np.flatnonzero(library.visible_rows(granted)).tolist():
+        start, end = library.record_offsets[row], library.record_offsets[row + 1]
+        digest.update(library.ids[row].tobytes() + library.token_counts[row].tobytes())
+        digest.update(library.embeddings[row].tobytes() + library.records[start:end].tobytes())
+    return digest.hexdigest()
+
+
+def publish_library(library: CompiledLibrary, granted: frozenset[str]) -> dict[str, Any]:
+    """A compiled library published back as a version-1 file, holding only what `granted` may see."""
+    bits = [result_bit(library, row) for row in np.flatnonzero(library.visible_rows(granted)).tolist()]
+    return {**library_header(library, len(bits)), "bits": bits}

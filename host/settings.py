@@ -35,8 +35,22 @@ class Settings:
         "largest request body accepted (default %(default)s)", metavar="N"))
     max_count: int = field(default=100_000, metadata=option(
         "largest count a query may ask for (default %(default)s)", metavar="N"))
+    max_answer_bytes: int = field(default=16 << 20, metadata=option(
+        "largest answer a query may get, in bytes (default %(default)s); a larger one is a 400 "
+        "saying to ask for less", metavar="N"))
     max_form_fields: int = 32
-    query_cache_entries: int = 2048
+    answer_cache_bytes: int = field(default=64 << 20, metadata=option(
+        "memory for rendered answers to repeated queries and library files, in bytes (default %(default)s; "
+        "0 turns caching off)", metavar="N"))
+    max_connections: int = field(default=1000, metadata=option(
+        "open connections a worker holds at once (default %(default)s); past it, requests get a 503; "
+        "lowered to fit the open-file limit", metavar="N"))
+    header_timeout: float = field(default=10.0, metadata=option(
+        "longest wait for a request's headers on a new or idle connection, in seconds (default %(default)s)",
+        metavar="SECONDS"))
+    write_timeout: float = field(default=30.0, metadata=option(
+        "longest a client may leave an answer unread before its connection is dropped, in seconds "
+        "(default %(default)s)", metavar="SECONDS"))
     max_library_bytes: int = field(default=DEFAULT_MAX_SOURCE_BYTES, metadata=option(
         "largest library file accepted (default %(default)s)", metavar="N"))
     body_read_timeout: float = field(default=10.0, metadata=option(

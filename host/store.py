@@ -10,8 +10,9 @@ A library file is parsed once and written to its own folder in the cache:
     sign_codes.npy      (words, bits) uint64, the signs of each embedding, for approximate search
     records.bin         one msgpack map per bit ({"text", "info"}), back to back
     record_offsets.npy  (bits + 1,) int64, where each record starts and ends
-    meta.json           written last: the source's cache key, the shapes above and the largest
+    meta.json           written last: the source's cache key, the shapes above, the largest
                         embedding norm (which bounds the rounding error of a float32 dot product)
+                        and a digest of the public bits (a reload shows only if they changed)
 
 The folder is built under a temporary name and renamed into place, so a reader never sees a
 half-written one; a folder whose files disagree with meta.json is rebuilt, not trusted.
@@ -29,17 +30,18 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import msgpack
 import numpy as np
 
-from host.library_format import LibraryFormatError, ParsedLibrary, parse_library
+from host.library_format import LibraryFormatError, ParsedLibrary, parse_json, parse_library
 from host.sign_codes import sign_codes, words_for
 from host.visibility import PUBLIC, allowed_tag_ids
 
-STORE_FORMAT = 3
+STORE_FORMAT = 4
 DEFAULT_MAX_SOURCE_BYTES = 8 << 30
 log = logging.getLogger("polymath_host.store")
 
@@ -74,6 +76,7 @@ class CompiledLibrary:
     details: dict[str, Any]
     source_key: SourceKey
     max_norm: float = 1.0  # the largest embedding's L2 norm
+    public_digest: str = ""  # changes exactly when what an anonymous caller may see of it changes
 
     @property
     def bit_count(self) -> int:
@@ -96,7 +99,14 @@ class CompiledLibrary:
         return np.isin(self.tag_ids, allowed_tag_ids(self.tags, granted))
 
     def visible_bit_count(self, granted: frozenset[str]) -> int:
-        return int(np.count_nonzero(self.visible_rows(granted)))
+        """Without a pass over the rows: its cost never tells a private library from an unknown one."""
+        return int(sum(self._tag_counts[tag_id] for tag_id in allowed_tag_ids(self.tags, granted)))
+
+    @cached_property
+    def _tag_counts(self) -> list[int]:
+        return [int(count) for count in np.bincount(self.tag_ids, minlength=len(self.tags))]
+
+
 
 
 class StoreError(Exception):
@@ -113,9 +123,11 @@ def read_library_file(path: Path, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> 
         # Decoded text, not bytes: json.loads(bytes) would hold the bytes, their decoded copy and
         # the objects at once. The text is freed as soon as the objects exist.
         with path.open(encoding="utf-8-sig") as handle:
-            return json.loads(handle.read())
-    except (UnicodeDecodeError, json.JSONDecodeError) as problem:
-        raise LibraryFormatError(f"not valid JSON: {problem}") from None
+            return parse_json(handle.read())
+    except UnicodeDecodeError:
+        raise LibraryFormatError("not valid JSON: not UTF-8 text") from None
+    except ValueError as problem:
+        raise LibraryFormatError(str(problem)) from None
 
 
 def file_sha256(path: Path) -> str:
@@ -158,11 +170,28 @@ def write_compiled(library: ParsedLibrary, folder: Path, source_key: SourceKey, 
             "details": library.details,
             "records_bytes": int(offsets[-1]),
             "max_norm": largest_norm(library.embeddings),
+            "public_digest": public_digest(library, packed),
         }
         _write_synced(building / "meta.json", lambda handle: handle.write(json.dumps(meta).encode()))
         _replace_folder(building, folder)
     finally:
         shutil.rmtree(building, ignore_errors=True)
+
+
+def public_digest(library: ParsedLibrary, packed_records: list[bytes]) -> str:
+    """A digest of everything an anonymous caller may see: the public bits, whole, and the message.
+
+    Computed at compile time so that telling whether a reload changed the public view costs
+    nothing; private bits never enter it, so their changes never show.
+    """
+    digest = hashlib.sha256()
+    message = library.details.get("message")
+    digest.update(message.encode() if isinstance(message, str) else b"\0")
+    for row, tag in enumerate(library.access_tags):
+        if not tag:
+            digest.update(bytes.fromhex(library.ids[row]) + library.token_counts[row].tobytes())
+            digest.update(library.embeddings[row].tobytes() + packed_records[row])
+    return digest.hexdigest()
 
 
 def largest_norm(embeddings: np.ndarray, block: int = 1 << 14) -> float:
@@ -235,6 +264,7 @@ def open_compiled(folder: Path, source: Path) -> CompiledLibrary:
             details=meta["details"],
             source_key=SourceKey(**meta["source"]),
             max_norm=float(meta["max_norm"]),
+            public_digest=meta["public_digest"],
         )
     except StoreError:
         raise

@@ -781,6 +781,24 @@ async def test_with_restricted_counts_on_a_private_only_model_answers_with_the_c
     assert result["bits"] == [] and result["details"]["counts"] == {"bits": 0, "restricted": 2}
 
 
+@pytest.mark.parametrize("signal", ["count", "message"])
+async def test_with_restricted_signals_on_a_private_only_model_is_still_never_named_nor_the_default(
+    tmp_path: Path, restricted_access: Path, signal: str
+) -> None:
+    set_restricted(restricted_access, **({"count": True} if signal == "count" else {"message": "Ask us."}))
+    libraries = tmp_path / "libraries"
+    write_library(libraries / "public.json", library(public_bits()))
+    write_library(libraries / "access" / "alpha" / "secret-model.json",
+                  {**library(private_bits("alpha", unit_vectors(2, 4, seed=80))), "embedding_model": "acme:secret-4"})
+    async with connect(make_app(libraries, restricted_access)) as client:
+        unnamed = await ask(client, {k: v for k, v in query(QUERIES["random"]).items() if k != "query_embedding_model"})
+        unknown = await ask(client, {**query(QUERIES["random"]), "query_embedding_model": "acme:nothing-4"})
+
+    assert unnamed.status_code == 200 and unnamed.json()["embedding_model"] == TEST_MODEL
+    assert unknown.status_code == 400
+    assert_clean(unknown, "acme:secret-4", "confidential")
+
+
 # ---- every token failure is a 401 ---------------------------------------------------------------------
 
 

@@ -135,7 +135,7 @@ def test_a_file_breaking_the_format_is_reported_with_file_bit_and_field(tmp_path
 
     catalog = load(root)
 
-    assert catalog.problems == (f"{root / 'bad.json'}: bits[2].token_count: must be an integer >= 0, got -1",)
+    assert catalog.problems == (f"{root / 'bad.json'}: bits[2].token_count: must be an integer from 0 to 2147483647, got -1",)
     assert [library.name for library in catalog.libraries] == ["good"]
 
 

@@ -1,7 +1,7 @@
 """Hot publishing against a real server: files added, replaced, deleted, broken, and SIGHUP.
 
 The server polls its libraries folder every 0.2 s. What must hold: a published file becomes
-queryable, a replacement swaps the content (and the generation in /readyz goes up), a deletion
+queryable, a replacement swaps the content (and the public generation in /readyz goes up), a deletion
 removes it, a malformed or half-written replacement is refused with a log line naming the file
 while the previous version keeps serving, SIGHUP reloads at once, a corrupt compiled cache is
 rebuilt rather than trusted, the access file is followed without a restart, and no temporary
@@ -61,7 +61,7 @@ def wait_until(check: Callable[[], Any], timeout: float = 10, what: str = "the c
 
 
 def generation(url: str) -> int:
-    return httpx.get(f"{url}/readyz").json()["generation"]
+    return httpx.get(f"{url}/readyz").json()["public_generation"]
 
 
 def published(url: str, name: str, headers: dict[str, str] | None = None) -> httpx.Response:

@@ -95,10 +95,23 @@ def test_missing_text_names_the_bit_and_field():
     assert problem_with(with_second_bit(text=...)).startswith("bits[1].text: must be a string")
 
 
-@pytest.mark.parametrize("token_count", [-1, 1.5, 87.0, True, "87", None])
-def test_token_count_must_be_a_non_negative_integer(token_count):
+@pytest.mark.parametrize("token_count", [-1, 1.5, 87.0, True, "87", None, 2**31, 3_000_000_000, 2**63, 10**30])
+def test_token_count_must_be_an_integer_the_compiled_form_holds_exactly(token_count):
     message = problem_with(with_second_bit(token_count=token_count))
-    assert message == f"bits[1].token_count: must be an integer >= 0, got {token_count!r}"
+    assert message == f"bits[1].token_count: must be an integer from 0 to 2147483647, got {token_count!r:.40}"
+
+
+def test_the_largest_token_count_the_compiled_form_holds_is_accepted():
+    assert parse_library(with_second_bit(token_count=2**31 - 1)).token_counts[1] == 2**31 - 1
+
+
+@pytest.mark.parametrize("value", [3e38, -2e6, 1e6 * 1.0001])
+def test_embedding_values_that_would_overflow_a_dot_product_are_refused(value):
+    vector = np.zeros(8, dtype=np.float32)
+    vector[3] = value
+    message = problem_with(with_second_bit(embedding=b64(vector)))
+    assert message.startswith("bits[1].embedding: has a value of magnitude ")
+    assert message.endswith("values must be at most 1e+06 (dot products would overflow)")
 
 
 def test_zero_token_count_is_allowed():

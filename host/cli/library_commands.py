@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from host.catalog import default_cache_dir, discover, load_catalog
+from host.catalog import default_cache_dir, describe_problem, discover, load_catalog
 from host.cli.common import add_setting_options, say
-from host.library_format import LibraryFormatError, parse_library
+from host.library_format import parse_library
 from host.store import read_library_file
 
 
@@ -56,8 +56,8 @@ def validate_command(args: argparse.Namespace) -> int:
             try:
                 library = parse_library(read_library_file(entry.path, args.max_library_bytes),
                                         access_tag=entry.access_tag, consume=True)
-            except (LibraryFormatError, OSError) as problem:
-                print(f"{entry.path}: {problem}")
+            except Exception as problem:  # every file is reported, whatever is wrong with it
+                print(f"{entry.path}: {describe_problem(problem)}")
                 problems += 1
                 continue
             dropped = f", {library.duplicates_dropped} duplicate bits dropped" if library.duplicates_dropped else ""

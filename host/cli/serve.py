@@ -14,7 +14,7 @@ from typing import Any
 from access import AccessConfigError, AccessControl
 from host.catalog import load_catalog
 from host.cli.common import add_setting_options, say
-from host.process import LOG_LEVEL_VARIABLE, bind_workers_over_tcp, configure_logging, limit_blas_threads
+from host.process import LOG_LEVEL_VARIABLE, configure_logging, limit_blas_threads
 from host.settings import ENVIRONMENT_VARIABLE, Settings
 
 DEFAULT_ACCESS_FILE = Path("access.SECRET.json")
@@ -34,8 +34,7 @@ def register(commands: Any) -> None:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    import uvicorn
-
+    from host.web import server
     from host.web.app import create_app
 
     configure_logging(args.log_level)
@@ -43,14 +42,15 @@ def serve_command(args: argparse.Namespace) -> int:
     if not settings.libraries.exists():
         say(f"error: {settings.libraries} does not exist; pass --libraries PATH (a folder of library files)")
         return 1
-    if settings.access is None and DEFAULT_ACCESS_FILE.exists():
-        settings = dataclasses.replace(settings, access=DEFAULT_ACCESS_FILE)
-    elif settings.access is not None and not settings.access.exists():
-        say(f"error: access file {settings.access} does not exist; "
-            f"create it with: polymath-host access init --access {settings.access}")
+    # The default file is watched even while absent: `access init` after `serve` switches access on.
+    access_file = settings.access or DEFAULT_ACCESS_FILE
+    if settings.access is not None and not access_file.exists():
+        say(f"error: access file {access_file} does not exist; "
+            f"create it with: polymath-host access init --access {access_file}")
         return 1
+    settings = dataclasses.replace(settings, access=access_file)
     try:
-        access_control = AccessControl.from_file(settings.access)
+        access_control = AccessControl.from_file(access_file)
     except AccessConfigError as problem:
         say(f"error: {problem}")
         return 1
@@ -64,19 +64,19 @@ def serve_command(args: argparse.Namespace) -> int:
     say(f"loaded {len(catalog.libraries)} libraries ({bits:,} bits) in {time.perf_counter() - started:.2f} s"
         + (f"; {len(catalog.problems)} skipped (see above)" if catalog.problems else ""))
     say(f"serving on http://{args.host}:{args.port}/" + (
-        f" with access rules from {settings.access}" if settings.access else " (public bits only: no access file)"))
+        f" with access rules from {access_file}" if access_file.exists() else
+        f" (public bits only until {access_file} is created: polymath-host access init)"))
+    where = {"host": args.host, "port": args.port, "workers": args.workers, "log_level": args.log_level}
     if args.workers > 1:
         # Workers are separate processes: they get the settings through the environment and
         # open the libraries this process has just compiled.
         os.environ[ENVIRONMENT_VARIABLE] = settings.to_environment()
         os.environ[LOG_LEVEL_VARIABLE] = args.log_level
-        bind_workers_over_tcp()
-        uvicorn.run("host.web.app:app_from_environment", factory=True, host=args.host, port=args.port,
-                    workers=args.workers, log_level=args.log_level, access_log=False)
+        server.run("host.web.app:app_from_environment", settings, **where)
     else:
         app = create_app(settings, catalog=catalog, access=access_control)
         # uvicorn re-raises SIGTERM after its graceful shutdown, which would kill us with -15;
         # a stop we were asked for is a clean exit (0), as it already is with --workers N.
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
-        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False)
+        server.run(app, settings, **where)
     return 0

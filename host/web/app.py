@@ -34,6 +34,7 @@ from host.web.middleware import POLYMATH_LINK, AccessLog, PolymathLinkHeader, Ra
 from host.web.page import home_page
 from host.web.query_endpoint import query_endpoint
 from host.web.responses import error_response
+from host.web.server import prepare_worker
 from host.web.service_endpoints import healthz, metrics, openapi, readyz
 from host.web.state import HostState, host_state
 
@@ -98,6 +99,7 @@ def app_from_environment() -> Starlette:
     configure_logging(os.environ.get(LOG_LEVEL_VARIABLE, "info"))
     settings = Settings.from_environment()
     limit_blas_threads(settings.blas_threads)
+    prepare_worker(settings)
     return create_app(settings)
 
 

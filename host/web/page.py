@@ -16,6 +16,7 @@ from host.engine import random_query
 from host.index import ModelIndex
 from host.query import Query, SearchPolicy, run_query
 from host.results import selection_bits
+from host.web.library_endpoints import library_url
 from host.web.state import host_state
 
 SAMPLE_SIZE = 10
@@ -63,7 +64,7 @@ address, or see <a href="/openapi.json">the API</a> and <a href="/libraries">the
 
 def _library_list(catalog: Catalog) -> str:
     rows = [
-        f'<li><a href="/libraries/{escape(library.name)}.json">{escape(library.name)}</a>: '
+        f'<li><a href="{escape(library_url(library.name))}">{escape(library.name)}</a>: '
         f"{library.visible_bit_count(frozenset())} bits, {escape(library.embedding_model)}</li>"
         for library in catalog.libraries
         if library.visible_bit_count(frozenset())

@@ -88,6 +88,8 @@ def _embedding_bytes(value: Any, max_bytes: int) -> bytes | None:
         raise bad_request("query_embedding must be a base64 string of little-endian float32 or float64 values")
     if len(value) > max_bytes * 4 // 3 + 4:
         raise bad_request(f"query_embedding is too long ({len(value)} characters)")
+    # A form-encoded `+` arrives as a space (what `curl -d` does); base64 has no spaces, so it is a `+`.
+    value = value.replace(" ", "+")
     try:
         return base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):

@@ -12,11 +12,20 @@ from host.catalog import Catalog
 from host.engine import random_query
 from host.index import ModelIndex
 from host.query import Query, choose_model, run_query
-from host.results import build_result
+from host.results import build_result, estimated_answer_bytes
 from host.web.caller import Caller, request_caller
+from host.web.errors import bad_request
 from host.web.query_args import QueryArgs, parse_query_args, query_vector
 from host.web.request_body import read_fields
-from host.web.responses import JSON, MSGPACK, cache_headers, render_json, render_msgpack, wants_msgpack
+from host.web.responses import (
+    JSON,
+    MSGPACK,
+    ChunkedResponse,
+    cache_headers,
+    render_json,
+    render_msgpack,
+    wants_msgpack,
+)
 from host.web.state import HostState, host_state
 
 
@@ -34,9 +43,15 @@ async def query_endpoint(request: Request) -> Response:
     index = choose_model(catalog, args.model, caller.grant, reveal_all=signals_on)
     binary = wants_msgpack(request.headers.get("accept", ""))
     body = await answer(state, catalog, index, args, caller, binary)
-    state.metrics.observe_query_seconds(time.perf_counter() - started)
+    state.metrics.observe("polymath_query_seconds", time.perf_counter() - started)
     state.metrics.count("polymath_queries_total", format="msgpack" if binary else "json")
-    return Response(body, 200, cache_headers(caller.token), media_type=MSGPACK if binary else JSON)
+    return ChunkedResponse(body, 200, cache_headers(caller.token), media_type=MSGPACK if binary else JSON)
+
+
+def check_answer_size(size: int, limit: int) -> None:
+    if size > limit:
+        raise bad_request(f"this answer would be about {size:,} bytes, over this host's {limit:,}-byte limit: "
+                          "ask for a smaller count, or omit embedding")
 
 
 async def answer(
@@ -59,12 +74,17 @@ async def answer(
             cached_body: bytes = cached
             return cached_body
 
+    limit = state.settings.max_answer_bytes
+
     def compute() -> bytes:
         selection = run_query(index, Query(vector, args.count, args.count_type), caller.grant, state.search,
                               count_restricted=restricted_count or bool(restricted_message))
+        check_answer_size(estimated_answer_bytes(index, selection, args.omit, binary_embeddings=binary), limit)
         result = build_result(index, selection, args.omit, binary_embeddings=binary,
                               restricted_count=restricted_count, restricted_message=restricted_message)
-        return render_msgpack(result) if binary else render_json(result)
+        body = render_msgpack(result) if binary else render_json(result)
+        check_answer_size(len(body), limit)
+        return body
 
     body = await run_in_threadpool(compute)
     if key is not None:

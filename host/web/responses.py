@@ -8,11 +8,13 @@ from typing import Any
 
 import msgpack
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from host.web.errors import HTTPError
 
 JSON = "application/json"
 MSGPACK = "application/msgpack"
+CHUNK_BYTES = 1 << 16
 MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
 
 
@@ -46,3 +48,27 @@ def is_not_modified(if_none_match: str, etag: str) -> bool:
 
     wanted = [opaque(tag) for tag in if_none_match.split(",")]
     return "*" in wanted or opaque(etag) in wanted
+
+
+class ChunkedResponse(Response):
+    """A whole body sent in pieces of CHUNK_BYTES. The server's transport copies what it cannot send
+    at once; in pieces, a client that stops reading holds one piece there, not the whole answer,
+    until the server's write timeout drops it."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        body = memoryview(self.body)
+        for start in range(0, len(body), CHUNK_BYTES):
+            end = start + CHUNK_BYTES
+            await send({"type": "http.response.body", "body": bytes(body[start:end]), "more_body": end < len(body)})
+        if not body:
+            await send({"type": "http.response.body", "body": b""})
+
+
+def accepts_gzip(accept_encoding: str) -> bool:
+    """Whether `Accept-Encoding` allows gzip (and does not refuse it with q=0)."""
+    for coding in accept_encoding.lower().split(","):
+        name, _, parameters = coding.strip().partition(";")
+        if name.strip() in ("gzip", "*"):
+            return parameters.replace(" ", "") not in ("q=0", "q=0.0", "q=0.00", "q=0.000")
+    return False

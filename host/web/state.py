@@ -14,7 +14,8 @@ from host.query import SearchPolicy
 from host.settings import Settings
 from host.web.metrics import Metrics
 
-PUBLISHED_LIBRARIES_KEPT = 64
+ETAGS_KEPT = 4096
+LARGEST_SHARE = 8  # one entry may take at most this fraction of a cache: it never empties it alone
 
 
 class HostState:
@@ -24,23 +25,31 @@ class HostState:
         self.access = access
         self.search = SearchPolicy(settings.search, settings.approximate_from, settings.oversample)
         self.metrics = Metrics()
-        self.answers = LockedCache(settings.query_cache_entries)  # rendered query results
-        self.published = LockedCache(PUBLISHED_LIBRARIES_KEPT)  # rendered library files and ETags
+        # Rendered query answers and library files share the memory the settings allow, half each.
+        self.answers = ByteBoundedCache(settings.answer_cache_bytes // 2)
+        self.published = ByteBoundedCache(settings.answer_cache_bytes // 2)
+        self.etags: LRUCache[tuple[Any, ...], str] = LRUCache(maxsize=ETAGS_KEPT)
+        self.public_generation = 0
+        self._public_fingerprint: tuple[tuple[str, str], ...] | None = None
         self._describe(catalog)
 
     def install(self, catalog: Catalog) -> None:
         """Swap in a new generation: requests already running keep the one they read."""
         self.catalog = catalog
-        self.metrics.count("polymath_reloads_total")
         self._describe(catalog)
 
     def _describe(self, catalog: Catalog) -> None:
-        # /metrics is as public as every other path: it counts only what anyone may see.
+        # /metrics and /readyz are as public as every other path: they tell only what anyone may
+        # see. The public generation moves when the public view changes, never for a private change.
+        fingerprint = catalog.public_fingerprint()
+        if fingerprint != self._public_fingerprint:
+            self._public_fingerprint = fingerprint
+            self.public_generation += 1
         self.metrics.gauge("polymath_public_libraries_loaded", len(catalog.public_libraries()))
         self.metrics.gauge("polymath_public_bits_loaded",
                            sum(library.visible_bit_count(frozenset()) for library in catalog.libraries))
-        self.metrics.gauge("polymath_catalog_generation", catalog.generation)
-        self.metrics.gauge("polymath_library_problems", len(catalog.problems))
+        self.metrics.gauge("polymath_public_generation", self.public_generation)
+        self.metrics.gauge("polymath_library_problems", catalog.public_problems)
 
 
 def host_state(request: Request) -> HostState:
@@ -48,19 +57,23 @@ def host_state(request: Request) -> HostState:
     return state
 
 
-class LockedCache:
-    """A bounded LRU shared by the threads that compute answers (cachetools is not thread-safe)."""
+class ByteBoundedCache:
+    """An LRU of rendered bodies, bounded by their total size in bytes, shared by the threads that
+    compute them (cachetools is not thread-safe). A body over 1/LARGEST_SHARE of it is not kept."""
 
-    def __init__(self, entries: int) -> None:
-        self.enabled = entries > 0
-        self._entries: LRUCache[tuple[Any, ...], Any] = LRUCache(maxsize=max(1, entries))
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: LRUCache[tuple[Any, ...], bytes] = LRUCache(maxsize=max(1, max_bytes), getsizeof=len)
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[Any, ...]) -> Any:
+    def get(self, key: tuple[Any, ...]) -> bytes | None:
         with self._lock:
             return self._entries.get(key)
 
-    def put(self, key: tuple[Any, ...], value: Any) -> None:
-        if self.enabled:
+    def keeps(self, size: int) -> bool:
+        return size <= self.max_bytes // LARGEST_SHARE
+
+    def put(self, key: tuple[Any, ...], body: bytes) -> None:
+        if self.keeps(len(body)):
             with self._lock:
-                self._entries[key] = value
+                self._entries[key] = body

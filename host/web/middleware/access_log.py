@@ -13,6 +13,7 @@ from host.process import ACCESS_LOG
 from host.web.metrics import Metrics
 
 access_log = logging.getLogger(ACCESS_LOG)
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"})
 
 
 class AccessLog:
@@ -43,8 +44,9 @@ class AccessLog:
             await self.app(scope, receive, send_and_note)
         finally:
             seconds = time.perf_counter() - started
-            self.metrics.count("polymath_requests_total", method=scope["method"], status=str(status))
-            self.metrics.observe_request_seconds(seconds)
+            method = scope["method"] if scope["method"] in KNOWN_METHODS else "other"  # clients make up names
+            self.metrics.count("polymath_requests_total", method=method, status=str(status))
+            self.metrics.observe("polymath_request_seconds", seconds)
             access_log.info(json.dumps({
                 "time": round(time.time(), 3),
                 "method": scope["method"],
