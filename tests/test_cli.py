@@ -238,7 +238,8 @@ def test_serve_with_no_arguments_serves_the_libraries_folder_it_finds(tmp_path, 
 
     assert [library["name"] for library in listed] == ["essays"]  # access/staff/plans needs a token
     assert answer.status_code == 200 and len(answer.json()["bits"]) == 2
-    assert "(public bits only until access.SECRET.json is created: polymath-host access init)" in (tmp_path / "serve.log").read_text()
+    log = (tmp_path / "serve.log").read_text()
+    assert "(public bits only until access.SECRET.json is created: polymath-host access init)" in log
 
 
 def test_serve_reuses_what_build_compiled(tmp_path, libraries, serve_here):
