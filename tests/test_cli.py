@@ -64,6 +64,11 @@ def test_top_level_help_lists_the_commands(tmp_path):
         assert f"    {command} " in result.stdout
 
 
+def test_version_names_the_installed_version(tmp_path):
+    result = polymath_host("--version", cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.startswith("polymath-host ")
+
+
 def test_no_command_prints_help_and_fails(tmp_path):
     result = polymath_host(cwd=tmp_path)
     assert result.returncode == 2 and "usage: polymath-host" in result.stdout

@@ -698,6 +698,18 @@ async def test_a_published_library_answers_a_conditional_get_with_304(client: ht
     assert changed.status_code == 200 and changed.content == first.content
 
 
+async def test_a_library_file_comes_gzipped_when_asked_with_its_own_etag(client: httpx.AsyncClient) -> None:
+    plain = await client.get("/libraries/science.json", headers={"Accept-Encoding": "identity"})
+    zipped = await client.get("/libraries/science.json", headers={"Accept-Encoding": "gzip"})
+    again = await client.get("/libraries/science.json", headers={"Accept-Encoding": "gzip",
+                                                                 "If-None-Match": zipped.headers["etag"]})
+
+    assert "content-encoding" not in plain.headers and zipped.headers["content-encoding"] == "gzip"
+    assert zipped.content == plain.content  # httpx undoes the gzip: the same file
+    assert zipped.headers["etag"] != plain.headers["etag"]  # two representations, two validators
+    assert "Accept-Encoding" in zipped.headers["vary"] and again.status_code == 304
+
+
 async def test_if_none_match_compares_weakly_as_rfc_9110_says(client: httpx.AsyncClient) -> None:
     etag = (await client.get("/libraries/science.json")).headers["etag"]
 
