@@ -10,6 +10,8 @@ A library file is parsed once and written to its own folder in the cache:
     sign_codes.npy      (words, bits) uint64, the signs of each embedding, for approximate search
     records.bin         one msgpack map per bit ({"text", "info"}), back to back
     record_offsets.npy  (bits + 1,) int64, where each record starts and ends
+    text_index.bin      words and values of each bit's text and info fields, for constraints and
+    text_index.json     term scores: arrays packed in one file, and their layout (host/constraints)
     meta.json           written last: the source's cache key and the shapes above
 
 The folder is built under a temporary name and renamed into place, so a reader never sees a
@@ -34,10 +36,11 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from host.constraints.text_index import TextIndex, build_text_index, open_text_index, save_text_index
 from host.library_format import LibraryFormatError, ParsedLibrary, parse_library
 from host.sign_codes import sign_codes, words_for
 
-STORE_FORMAT = 2
+STORE_FORMAT = 3  # 3 added text_index.bin/.json
 PUBLIC = ""  # tag id 0: visible to everyone
 DEFAULT_MAX_SOURCE_BYTES = 8 << 30
 log = logging.getLogger("polymath_host.store")
@@ -72,6 +75,7 @@ class CompiledLibrary:
     record_offsets: np.ndarray
     details: dict[str, Any]
     source_key: SourceKey
+    text_index: TextIndex | None = None  # None only for libraries made in memory, without records
 
     @property
     def bit_count(self) -> int:
@@ -145,6 +149,7 @@ def write_compiled(library: ParsedLibrary, folder: Path, source_key: SourceKey, 
         for array_name, array in arrays.items():
             _write_synced(building / f"{array_name}.npy", lambda handle, a=array: np.save(handle, a))
         _write_synced(building / "records.bin", lambda handle: handle.writelines(packed))
+        save_text_index(build_text_index(library.records), building)
         meta = {
             "store_format": STORE_FORMAT,
             "name": name,
@@ -222,6 +227,7 @@ def open_compiled(folder: Path, source: Path) -> CompiledLibrary:
             record_offsets=offsets,
             details=meta["details"],
             source_key=SourceKey(**meta["source"]),
+            text_index=open_text_index(folder, bits),
         )
     except StoreError:
         raise
