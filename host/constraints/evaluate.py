@@ -25,6 +25,11 @@ from host.constraints.text_index import SortedStrings, TextIndex, ValueIndex, Wo
 from host.constraints.words import fold, words
 
 MAX_PREFIX_TERMS = 1024  # words one prefix may stand for inside a phrase (Lucene's clause limit)
+# Membership of phrase candidates in a word's positions: binary search when the candidates are
+# few next to the positions, else a byte map of the positions (one scatter, one gather: 4x faster
+# than searching for a phrase of two common words), while the map stays this small.
+SEARCH_WHEN_FEWER = 1 / 16
+MAX_MAP_BYTES = 1 << 28
 
 
 def evaluate(node: Node, index: TextIndex, library: str) -> np.ndarray:
@@ -99,13 +104,24 @@ def phrase_starts(index: WordIndex, sequence: Sequence[str], *, prefix: bool = F
     for number in order[1:]:
         if not len(starts):
             break
-        targets = starts + number
-        candidates = lists[number]
-        at = np.searchsorted(candidates, targets)
-        hit = at < len(candidates)
-        hit[hit] = candidates[at[hit]] == targets[hit]
-        starts = starts[hit]
+        starts = starts[_members(starts + number, lists[number], index.rows << index.shift)]
     return starts
+
+
+def _members(targets: np.ndarray, positions: np.ndarray, space: int) -> np.ndarray:
+    """Which targets are among `positions` (sorted, distinct, all below `space`): bool per target."""
+    if len(targets) < SEARCH_WHEN_FEWER * len(positions) or space > MAX_MAP_BYTES:
+        at = np.searchsorted(positions, targets)
+        hit = at < len(positions)
+        hit[hit] = positions[at[hit]] == targets[hit]
+        return hit
+    present = np.zeros(space, dtype=bool)
+    present[positions] = True
+    # A phrase start near the end of the last row may look past `space`: those are misses.
+    inside = targets < space
+    hit = np.zeros(len(targets), dtype=bool)
+    hit[inside] = present[targets[inside]]
+    return hit
 
 
 def _sequence_in(node: Words, haystack: list[str]) -> bool:
