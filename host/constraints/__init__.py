@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from host.constraints.errors import ConstraintError
-from host.constraints.evaluate import evaluate, evaluate_libraries
+from host.constraints.evaluation import evaluate, evaluate_libraries
 from host.constraints.metadata_condition import parse_metadata_condition
 from host.constraints.structured import parse_constraint
 from host.constraints.syntax import And, Compare, Everything, Node, Not, Or, Words

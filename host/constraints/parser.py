@@ -2,6 +2,7 @@
 
     title:bible                    the word "bible" in the title
     title:"king james"             the words in sequence (a phrase)
+    "king ja*"                     a phrase whose last word starts with "ja"
     url:example.com/docs           several words in one term are a phrase too: example com docs
     description:transl*            a word of the description starting with "transl"
     faith "good works"             bare terms and phrases are on `text`
@@ -260,8 +261,13 @@ class _Parser:
         self.terms += 1
         if self.terms > MAX_TERMS:
             raise self.where.error(f"more than {MAX_TERMS} terms", token.position)
-        prefix = token.kind == "term" and token.text.endswith("*")
-        found = WORD.findall(fold(token.text[:-1] if prefix else token.text))
+        body = token.text.rstrip() if token.kind == "phrase" else token.text
+        prefix = body.endswith("*")
+        if token.kind == "phrase" and "*" in body[:-1] + ("" if prefix else body[-1:]):
+            raise self.where.error("a phrase may hold '*' only at its end ('\"king ja*\"')", token.position)
+        if prefix and not WORD.fullmatch(fold(body[-2:-1])):
+            raise self.where.error("'*' must follow a letter or digit", token.position)
+        found = WORD.findall(fold(body[:-1] if prefix else body))
         if not found:
             raise self.where.error("no words in the phrase", token.position)
         if len(found) > MAX_PHRASE_WORDS:

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from host.constraints.evaluate import phrase_starts
+from host.constraints.evaluation import phrase_starts
 from host.constraints.text_index import TextIndex
 from host.constraints.words import words
 
