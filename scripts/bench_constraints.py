@@ -245,7 +245,8 @@ def main() -> None:
           f"{build['write_compiled_s']:.1f} s); text_index.bin {build['text_index_bytes'] / 2**20:.0f} MiB = "
           f"{build['text_index_bytes'] / build['embeddings_bytes']:.0%} of embeddings.npy "
           f"({build['embeddings_bytes'] / 2**20:.0f} MiB); records.bin {build['records_bytes'] / 2**20:.0f} MiB")
-    print(f"\n| constraint | matching bits | mask ms | filtered ms | unfiltered ms | ratio |\n|---|---:|---:|---:|---:|---:|")
+    print("\n| constraint | matching bits | mask ms | filtered ms | unfiltered ms | ratio |")
+    print("|---|---:|---:|---:|---:|---:|")
     for row in constraints:
         print(f"| {row['constraint']} | {row['matching']:,} | {row['mask_ms']:.2f} | {row['filtered_ms']:.1f} | "
               f"{row['unfiltered_ms']:.1f} | {row['ratio']:.2f} |")

@@ -6,6 +6,7 @@ code: one bit at a time, strings and lists, no index. Slow and obviously right.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import unicodedata
@@ -98,6 +99,6 @@ def term_scores(question: str, records: list[dict[str, Any]], visible: list[bool
         frequency = sum(holds(record, (word,)) for record in seen)
         weight[word] = math.log10(10 + (len(seen) - frequency + 0.5) / (frequency + 0.5))
     keys = [((word,), 0.4 * weight[word]) for word in asked]
-    keys += [((a, b), 0.6 * max(weight[a], weight[b])) for a, b in zip(asked, asked[1:], strict=False)]
+    keys += [((a, b), 0.6 * max(weight[a], weight[b])) for a, b in itertools.pairwise(asked)]
     total = sum(share for _, share in keys)
     return [sum(share for key, share in keys if holds(records[row], key)) / total for row in rows]

@@ -18,7 +18,7 @@ from host.constraints.words import INFO_FIELDS, LABELS
 # Words that collide under folding (case, width, ß/ss), share prefixes, look like numbers, or
 # hold non-ASCII letters; separators that split them.
 VOCABULARY = ["alpha", "Alpha", "ALPHA", "alphabet", "beta", "gamma", "delta", "éclair", "Éclair", "straße",
-              "STRASSE", "x1", "10", "9.5", "-3", "a_b", "ǆemal", "ｂｅｔａ", "z"]
+              "STRASSE", "x1", "10", "9.5", "-3", "a_b", "ǆemal", "\uff42\uff45\uff54\uff41", "z"]
 SEPARATORS = [" ", ", ", "-", ". ", "/", "\n", " (", ") "]
 FOLDED_WORDS = sorted({word for entry in VOCABULARY for word in tokens(entry)})
 PREFIXES = sorted({word[:size] for word in FOLDED_WORDS for size in range(1, len(word) + 1)})

@@ -52,7 +52,7 @@ def text(*words: str, prefix: bool = False) -> Words:
     ("title:(a url:b)", And((Words("title", ("a",)), Words("url", ("b",))))),  # an inner label wins
     ('"say \\"hi\\""', text("say", "hi")),  # escaped quotes inside a phrase
     ("e-mail", text("e", "mail")),
-    ("ＢＩＢＬＥ", text("bible")),  # full width folds to ASCII
+    ("\uff22\uff29\uff22\uff2c\uff25", text("bible")),  # full width folds to ASCII
     ("Straße", text("strasse")),  # case folding, not just lower()
     ("  a   (b)  ", And((text("a"), text("b")))),
 ])
