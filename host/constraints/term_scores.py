@@ -50,6 +50,29 @@ def _holding(index: TextIndex, sequence: Sequence[str]) -> np.ndarray:
     return mask
 
 
+def _pair_among(index: TextIndex, first: str, second: str, candidate: np.ndarray) -> np.ndarray:
+    """Rows among `candidate` whose text or title has `first` right before `second`.
+
+    Only the candidates' positions are compared: a pair needs no statistics, so its cost is two
+    gathers over the words' positions, not a pass over the library.
+    """
+    mask = np.zeros(index.rows, dtype=bool)
+    for field in SCORED_FIELDS:
+        word_index = index.words[field]
+        lists = []
+        for word in (first, second):
+            lo, hi = word_index.term_range(word)
+            positions = word_index.positions_of(lo, hi)
+            lists.append(positions[candidate[positions >> word_index.shift]])
+        starts, follows = lists
+        starts = starts[(starts & word_index.low_mask) < word_index.low_mask]  # a next slot in the same row
+        at = np.searchsorted(follows, starts + 1)
+        hit = at < len(follows)
+        hit[hit] = follows[at[hit]] == starts[hit] + 1
+        mask[starts[hit] >> word_index.shift] = True
+    return mask
+
+
 def idf(documents: int, frequency: int) -> float:
     """RAGFlow's idf form: log10(10 + (N - df + 0.5) / (df + 0.5)), so always >= 1."""
     return math.log10(10 + (documents - frequency + 0.5) / (frequency + 0.5))
@@ -67,6 +90,8 @@ def library_term_similarity(
     if not question_words or not len(rows):
         return scores
     documents = index.rows if visible is None else int(np.count_nonzero(visible))
+    candidate = np.zeros(index.rows, dtype=bool)
+    candidate[rows] = True
     held: dict[tuple[str, ...], np.ndarray] = {}
     weight: dict[str, float] = {}
     for word in dict.fromkeys(question_words):
@@ -78,7 +103,7 @@ def library_term_similarity(
     for left, right in itertools.pairwise(question_words):
         pair = (left, right)
         if pair not in held:
-            held[pair] = _holding(index, pair)[rows]
+            held[pair] = _pair_among(index, left, right, candidate)[rows]
         shares.append((pair, BIGRAM_SHARE * max(weight[left], weight[right])))
     total = 0.0
     for key, share in shares:  # one vector operation per query word or pair, never per bit
