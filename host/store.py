@@ -10,6 +10,8 @@ A library file is parsed once and written to its own folder in the cache:
     sign_codes.npy      (words, bits) uint64, the signs of each embedding, for approximate search
     records.bin         one msgpack map per bit ({"text", "info"}), back to back
     record_offsets.npy  (bits + 1,) int64, where each record starts and ends
+    text_index.bin      words and values of each bit's text and info fields, for constraints and
+    text_index.json     term scores: arrays packed in one file, and their layout (host/constraints)
     meta.json           written last: the source's cache key, the shapes above, the largest
                         embedding norm (which bounds the rounding error of a float32 dot product)
                         and a digest of the public bits (a reload shows only if they changed)
@@ -37,11 +39,12 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from host.constraints.text_index import TextIndex, build_text_index, open_text_index, save_text_index
 from host.library_format import LibraryFormatError, ParsedLibrary, parse_json, parse_library
 from host.sign_codes import sign_codes, words_for
 from host.visibility import PUBLIC, allowed_tag_ids
 
-STORE_FORMAT = 4
+STORE_FORMAT = 5  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json
 DEFAULT_MAX_SOURCE_BYTES = 8 << 30
 log = logging.getLogger("polymath_host.store")
 
@@ -77,6 +80,7 @@ class CompiledLibrary:
     source_key: SourceKey
     max_norm: float = 1.0  # the largest embedding's L2 norm
     public_digest: str = ""  # changes exactly when what an anonymous caller may see of it changes
+    text_index: TextIndex | None = None  # None only for libraries made in memory, without records
 
     @property
     def bit_count(self) -> int:
@@ -159,6 +163,7 @@ def write_compiled(library: ParsedLibrary, folder: Path, source_key: SourceKey, 
         for array_name, array in arrays.items():
             _write_synced(building / f"{array_name}.npy", lambda handle, a=array: np.save(handle, a))
         _write_synced(building / "records.bin", lambda handle: handle.writelines(packed))
+        save_text_index(build_text_index(library.records), building)
         meta = {
             "store_format": STORE_FORMAT,
             "name": name,
@@ -265,6 +270,7 @@ def open_compiled(folder: Path, source: Path) -> CompiledLibrary:
             source_key=SourceKey(**meta["source"]),
             max_norm=float(meta["max_norm"]),
             public_digest=meta["public_digest"],
+            text_index=open_text_index(folder, bits),
         )
     except StoreError:
         raise
