@@ -65,7 +65,8 @@ def test_without_javascript_the_harness_still_sees_a_refused_inline_style(open_t
 
 def test_a_page_without_problems_passes_and_leaves_a_screenshot(tab: Tab, tmp_path: Path) -> None:
     (tmp_path / "index.html").write_text('<!doctype html><html><head><meta charset="utf-8"><title>calm</title>'
-                                         '<link rel="stylesheet" href="/calm.css"></head><body><p>calm</p></body></html>')
+                                         '<link rel="stylesheet" href="/calm.css"></head>'
+                                         "<body><p>calm</p></body></html>")
     (tmp_path / "calm.css").write_text("body { font-family: sans-serif; margin: 3rem; }\n")
     with serve_static(tmp_path, {"Content-Security-Policy": STRICT_CSP}) as origin:
         tab.page.goto(f"{origin}/index.html")
