@@ -2,7 +2,7 @@
 
 tests/conftest.py loads it as a plugin (`pytest_plugins = ["browser_support"]`); it gives:
 
-- `browser`: one headless Chromium for the session: `/usr/bin/chromium` (or `$POLYMATH_CHROMIUM`)
+- `browser`: one headless Chromium per test module (see the fixture for why not per session): `/usr/bin/chromium` (or `$POLYMATH_CHROMIUM`)
   launched through Playwright's `executable_path`, so Playwright never downloads a browser. Missing
   Chromium or Playwright skips the test on a laptop and fails it when `CI` is set.
 - `tab`: a fresh browser context and page. Every console error, uncaught page error and Content
@@ -155,8 +155,11 @@ def _test_name(item: pytest.Item) -> str:
 # ---- fixtures --------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    # Module, not session: while Playwright's sync API is open, its event loop counts as running in
+    # this thread, and every asyncio test after it would fail ("Cannot run the event loop while
+    # another loop is running"). A launch costs about a second.
     try:
         from playwright.sync_api import Error as PlaywrightError
         from playwright.sync_api import sync_playwright
