@@ -14,6 +14,7 @@ routing), so it passes today and shows that the bundle and the page are not what
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import shutil
@@ -74,8 +75,6 @@ class Library:
 
 @pytest.fixture(scope="module")
 def library(fixtures_dir: Path) -> Library:
-    import hashlib
-
     bits = json.loads((fixtures_dir / SAMPLE_LIBRARY).read_text())["bits"]
     ids = [hashlib.sha256(f"{bit['info']['url'].strip()}\n{bit['text'].strip()}".encode()).hexdigest()
            for bit in bits]
