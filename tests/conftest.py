@@ -17,6 +17,8 @@ from librarian import FIXTURES
 
 PROJECT = Path(__file__).resolve().parents[1]
 
+pytest_plugins = ["browser_support"]  # the browser, tab and open_tab fixtures: real headless Chromium
+
 
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
