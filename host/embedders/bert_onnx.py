@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -45,7 +46,7 @@ class _GraphWriter:
         self.initializers.append(helper.make_tensor(name, data_type, array.shape, array.tobytes(), raw=True))
         return name
 
-    def op(self, op_type: str, *inputs: str, output: str | None = None, **attributes: object) -> str:
+    def op(self, op_type: str, *inputs: str, output: str | None = None, **attributes: Any) -> str:
         output = output or f"{op_type.lower()}_{len(self.nodes)}"
         self.nodes.append(helper.make_node(op_type, list(inputs), [output], **attributes))
         return output

@@ -22,7 +22,5 @@ class NoEmbedder(Exception):
 
     def __init__(self, model: str, message: str | None = None) -> None:
         self.model = model
-        super().__init__(
-            message
-            or f"this host cannot embed text for model {model!r}: send `query_embedding` (a vector of that model) instead"
-        )
+        default = f"this host cannot embed text for model {model!r}: send `query_embedding` (a vector of that model)"
+        super().__init__(message or default)

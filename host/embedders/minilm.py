@@ -174,7 +174,8 @@ class MiniLMEmbedder:
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
         if not np.all(np.isfinite(norms)) or np.any(norms == 0):
             raise EmbedderError(f"{MODEL} produced a degenerate vector")
-        return (pooled / norms).astype(np.float32)
+        unit: np.ndarray = (pooled / norms).astype(np.float32)
+        return unit
 
 
 def _tokenizers(tokenizer_json: str) -> tuple[Tokenizer, Tokenizer]:
@@ -191,7 +192,7 @@ def _tokenizers(tokenizer_json: str) -> tuple[Tokenizer, Tokenizer]:
 
 
 def _session(weights: bytes, threads: int) -> Any:
-    import onnxruntime
+    import onnxruntime  # type: ignore[import-untyped]  # ships no type information
 
     from host.embedders.bert_onnx import BertShape, build_bert_encoder
     from host.embedders.safetensors_file import read_safetensors
