@@ -21,8 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from host.embedders import EmbedderError
-from host.embedders import minilm
+from host.embedders import EmbedderError, minilm
 from host.embedders.minilm import MiniLMEmbedder
 from host.embedders.safetensors_file import read_safetensors
 
