@@ -70,7 +70,7 @@ def test_auto_without_the_extra_says_which_extra_to_install(monkeypatch: pytest.
 def test_none_turns_text_queries_off():
     registry = build_embedders("none")
     assert registry.models == ()
-    with pytest.raises(NoEmbedder, match="cannot embed text for model 'openai.com:x': send `query_embedding`"):
+    with pytest.raises(NoEmbedder, match=r"cannot embed text for model 'openai\.com:x': send `query_embedding`"):
         asyncio.run(registry.embed_query("openai.com:x", "hello"))
 
 
@@ -96,7 +96,7 @@ def test_contradictory_settings_are_refused(settings: dict[str, str], message: s
 
 def test_two_embedders_for_one_model_are_refused(service: EmbeddingService):
     one = build_embedders("auto", service.url, "m").get("openai.com:m")
-    with pytest.raises(ValueError, match="two embedders for model 'openai.com:m'"):
+    with pytest.raises(ValueError, match=r"two embedders for model 'openai\.com:m'"):
         Embedders([one, one])
 
 
