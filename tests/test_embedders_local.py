@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
+import logging
 import shutil
 import struct
 import time
@@ -25,6 +25,8 @@ import pytest
 from host.embedders import EmbedderError, minilm
 from host.embedders.minilm import MiniLMEmbedder
 from host.embedders.safetensors_file import read_safetensors
+
+pytest_plugins = ["embedder_fixtures"]  # minilm_embedder, minilm_cache_dir
 
 PROJECT = Path(__file__).resolve().parents[1]
 SAMPLE_FILES = (PROJECT / "libraries" / "sample.json", PROJECT / "libraries" / "access" / "unpublished" / "drafts.json")
@@ -67,15 +69,8 @@ def sample_bits() -> SampleBits:
 
 
 @pytest.fixture(scope="session")
-def embedder() -> MiniLMEmbedder:
-    problem = minilm.missing_requirement()
-    if problem is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(problem)
-        pytest.skip(problem)
-    local = MiniLMEmbedder(threads=0)  # all cores: these tests embed ~400 passages
-    local.load()
-    return local
+def embedder(minilm_embedder: MiniLMEmbedder) -> MiniLMEmbedder:
+    return minilm_embedder
 
 
 @pytest.fixture(scope="session")
@@ -206,34 +201,70 @@ def test_construction_is_cheap_and_loading_is_lazy():
     assert not fresh.loaded and time.perf_counter() - started < 0.05
 
 
-def test_model_files_that_differ_from_the_published_ones_are_refused(tmp_path: Path):
-    archive = minilm.packaged_archive()
-    if archive is None:
-        pytest.skip(minilm.missing_requirement() or "")
-    with zipfile.ZipFile(archive) as source:
-        source.extract(minilm.WEIGHTS_FILE, tmp_path)
-        tokenizer = source.read(minilm.TOKENIZER_FILE)
-    (tmp_path / minilm.TOKENIZER_FILE).write_bytes(tokenizer.replace(b'"[UNK]"', b'"[unk]"', 1))
-    with pytest.raises(EmbedderError, match=r"tokenizer\.json has SHA-256 .*, expected be50c362"):
-        MiniLMEmbedder(tmp_path).load()
-
-
-def test_model_files_from_a_directory_load_like_the_archive(tmp_path: Path, embedder: MiniLMEmbedder):
+def copy_model_files(directory: Path, *names: str) -> None:
     archive = minilm.packaged_archive()
     assert archive is not None  # the embedder fixture loaded from it
     with zipfile.ZipFile(archive) as source:
-        source.extract(minilm.WEIGHTS_FILE, tmp_path)
-        source.extract(minilm.TOKENIZER_FILE, tmp_path)
-    from_directory = MiniLMEmbedder(tmp_path)
+        for name in names:
+            source.extract(name, directory)
+
+
+def test_model_files_that_differ_from_the_published_ones_are_refused(tmp_path: Path, embedder: MiniLMEmbedder):
+    copy_model_files(tmp_path, minilm.TOKENIZER_FILE, minilm.WEIGHTS_FILE)
+    weights = tmp_path / minilm.WEIGHTS_FILE
+    with weights.open("r+b") as file:  # one weight changed, deep inside the file
+        file.seek(weights.stat().st_size // 2)
+        file.write(b"\x00\x00\x80\x3f")
+    with pytest.raises(EmbedderError, match=r"model\.safetensors has SHA-256 .*, expected 53aa5117"):
+        MiniLMEmbedder(tmp_path, cache=False).load()
+    tokenizer = tmp_path / minilm.TOKENIZER_FILE
+    tokenizer.write_bytes(tokenizer.read_bytes().replace(b'"[UNK]"', b'"[unk]"', 1))
+    with pytest.raises(EmbedderError, match=r"tokenizer\.json has SHA-256 .*, expected be50c362"):
+        MiniLMEmbedder(tmp_path, cache=False).load()
+
+
+def test_model_files_from_a_directory_load_like_the_archive_even_with_no_cache(
+    tmp_path: Path, embedder: MiniLMEmbedder, caplog: pytest.LogCaptureFixture
+):
+    copy_model_files(tmp_path, minilm.TOKENIZER_FILE, minilm.WEIGHTS_FILE)
+    not_a_directory = tmp_path / "cache"
+    not_a_directory.write_text("a file where the cache directory should be")
+    from_directory = MiniLMEmbedder(tmp_path, cache_dir=not_a_directory)
     assert np.array_equal(from_directory.embed(["in the beginning"]), embedder.embed(["in the beginning"]))
+    assert "cannot cache the embedder's graph" in caplog.text
+
+
+def test_the_built_graph_is_cached_and_checked_before_use(
+    tmp_path: Path, embedder: MiniLMEmbedder, minilm_cache_dir: Path, caplog: pytest.LogCaptureFixture
+):
+    assert not embedder.graph_from_cache  # the fixture built it...
+    for name in (minilm.GRAPH_NAME, f"{minilm.GRAPH_NAME}.sha256"):  # ...and stored it
+        shutil.copy(minilm_cache_dir / name, tmp_path / name)
+    cached = MiniLMEmbedder(cache_dir=tmp_path)
+    started = time.perf_counter()
+    cached.load()
+    assert cached.graph_from_cache
+    logging.getLogger(__name__).info("load from the cache: %.2f s", time.perf_counter() - started)
+    assert np.array_equal(cached.embed(["in the beginning"]), embedder.embed(["in the beginning"]))
+
+    graph = tmp_path / minilm.GRAPH_NAME
+    with graph.open("r+b") as file:  # damage it
+        file.seek(graph.stat().st_size // 2)
+        file.write(b"\xff" * 16)
+    rebuilt = MiniLMEmbedder(cache_dir=tmp_path)
+    rebuilt.load()
+    assert not rebuilt.graph_from_cache
+    assert "does not match its recorded SHA-256: building it again" in caplog.text
+    assert np.array_equal(rebuilt.embed(["in the beginning"]), embedder.embed(["in the beginning"]))
+    assert (minilm_cache_dir / minilm.GRAPH_NAME).read_bytes() == graph.read_bytes()  # repaired
 
 
 def test_a_missing_model_file_is_one_clear_error(tmp_path: Path):
     shutil.copy(PROJECT / "pyproject.toml", tmp_path / "model.zip")
     with pytest.raises(EmbedderError, match=r"cannot read the sentence-transformers:all-MiniLM-L6-v2 model files"):
-        MiniLMEmbedder(tmp_path / "model.zip").load()
-    with pytest.raises(EmbedderError, match=r"model\.safetensors"):
-        MiniLMEmbedder(tmp_path).load()
+        MiniLMEmbedder(tmp_path / "model.zip", cache=False).load()
+    with pytest.raises(EmbedderError, match=r"tokenizer\.json"):
+        MiniLMEmbedder(tmp_path, cache=False).load()
 
 
 # ---------------------------------------------------------------- the safetensors reader

