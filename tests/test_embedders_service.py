@@ -239,6 +239,13 @@ def test_several_texts_reuse_the_cache_and_embed_the_rest_in_one_call(service: E
     assert asyncio.run(registry.embed_texts(REMOTE, [])).shape == (0, 16)
 
 
+def test_several_texts_may_be_given_their_own_time_limit(service: EmbeddingService):
+    service.reply(Reply(hang=2.0))
+    registry = remote_only(service, timeout=10.0)
+    with pytest.raises(EmbedderTimeout, match="took longer than 0.2 s"):
+        asyncio.run(registry.embed_texts(REMOTE, ["a", "b"], timeout=0.2))
+
+
 def test_token_counts_are_counted_off_the_event_loop(local: Embedders):
     assert asyncio.run(local.count_tokens(minilm.MODEL, ["hello world", ""])) == [2, 0]
 

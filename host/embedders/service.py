@@ -135,9 +135,9 @@ class Embedders:
                 if state.flights.get(text) is flight:  # a later caller starts afresh
                     del state.flights[text]
 
-    async def embed_texts(self, model: str, texts: Sequence[str]) -> np.ndarray:
+    async def embed_texts(self, model: str, texts: Sequence[str], timeout: float | None = None) -> np.ndarray:
         """float32 (len(texts), dimension) for several texts (/v1/embeddings): cached rows are
-        reused, the others embedded in one call."""
+        reused, the others embedded in one call, within `timeout` seconds (default: the registry's)."""
         state = self._state(model)
         if not texts:
             return np.empty((0, state.embedder.dimension), dtype=np.float32)
@@ -147,18 +147,21 @@ class Embedders:
         self.stats.count("cache_hits", model, len(texts) - sum(row is None for row in rows))
         self.stats.count("cache_misses", model, sum(row is None for row in rows))
         if missing:
-            fresh = await self._within_limit(model, self._in_pool(state, lambda: self._embed(state.embedder, missing)))
+            work = self._in_pool(state, lambda: self._embed(state.embedder, missing))
+            fresh = await self._within_limit(model, work, timeout)
             by_text = dict(zip(missing, fresh, strict=True))
             for text, vector in by_text.items():
                 self._remember((model, text), vector)
             rows = [by_text[text] if row is None else row for text, row in zip(texts, rows, strict=True)]
         return np.stack([row for row in rows if row is not None])
 
-    async def count_tokens(self, model: str, texts: Sequence[str]) -> list[int]:
-        """The model tokenizer's count of each text (no special tokens), off the event loop."""
+    async def count_tokens(self, model: str, texts: Sequence[str], timeout: float | None = None) -> list[int]:
+        """The model tokenizer's count of each text (no special tokens), off the event loop. (An
+        HTTP embedder asks its service for each text it has not embedded alone before.)"""
         state = self._state(model)
         counter = state.embedder.count_tokens
-        return await self._within_limit(model, self._in_pool(state, lambda: [counter(text) for text in texts]))
+        work = self._in_pool(state, lambda: [counter(text) for text in texts])
+        return await self._within_limit(model, work, timeout)
 
     # ------------------------------------------------------------------ sync: the importer
 
@@ -215,12 +218,13 @@ class Embedders:
     async def _in_pool(self, state: _Model, work: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(state.pool, work)
 
-    async def _within_limit(self, model: str, awaitable: asyncio.Future[T] | Awaitable[T]) -> T:
+    async def _within_limit(self, model: str, awaitable: Awaitable[T], timeout: float | None = None) -> T:
+        limit = self.timeout if timeout is None else timeout
         try:
-            return await asyncio.wait_for(awaitable, self.timeout)
+            return await asyncio.wait_for(awaitable, limit)
         except TimeoutError:
             self.stats.count("timeouts", model)
-            raise EmbedderTimeout(f"embedding with {model} took longer than {self.timeout:g} s") from None
+            raise EmbedderTimeout(f"embedding with {model} took longer than {limit:g} s") from None
 
     def _landed(self, state: _Model, key: tuple[str, str], task: asyncio.Task[np.ndarray]) -> None:
         flight = state.flights.get(key[1])
