@@ -15,7 +15,7 @@ import pytest
 from embedding_service import EmbeddingService, Reply, running_service, unit_vector
 
 from host.embedders import EmbedderError, EmbedderTimeout, NoEmbedder, minilm
-from host.embedders.service import Embedders, build_embedders
+from host.embedders.service import MAX_CACHED_TEXT_CHARS, Embedders, build_embedders
 from host.embedders.stats import EmbeddingStats
 
 pytest_plugins = ["embedder_fixtures"]  # minilm_embedder, minilm_cache_dir
@@ -122,6 +122,14 @@ def test_the_cache_is_keyed_by_model_and_text(service: EmbeddingService):
 
     asyncio.run(queries())
     assert [seen.body["input"] for seen in service.requests] == [["a"], ["b"], ["a"]]  # one entry: "a" evicted
+
+
+def test_long_texts_are_not_kept_in_the_cache(service: EmbeddingService):
+    registry = remote_only(service)
+    long_text = "word " * (MAX_CACHED_TEXT_CHARS // 5 + 1)
+    for _ in range(2):
+        asyncio.run(registry.embed_query(REMOTE, long_text))
+    assert len(service.requests) == 2
 
 
 def test_identical_texts_asked_at_once_are_embedded_once():
@@ -242,7 +250,7 @@ def test_several_texts_reuse_the_cache_and_embed_the_rest_in_one_call(service: E
 def test_several_texts_may_be_given_their_own_time_limit(service: EmbeddingService):
     service.reply(Reply(hang=2.0))
     registry = remote_only(service, timeout=10.0)
-    with pytest.raises(EmbedderTimeout, match="took longer than 0.2 s"):
+    with pytest.raises(EmbedderTimeout, match=r"took longer than 0\.2 s"):
         asyncio.run(registry.embed_texts(REMOTE, ["a", "b"], timeout=0.2))
 
 

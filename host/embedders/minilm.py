@@ -144,6 +144,8 @@ class MiniLMEmbedder:
 
     def load(self) -> None:
         """Read and check the model files, build (or find) the graph, start ONNX Runtime. Idempotent."""
+        if self._session is not None:  # the common case, without taking the lock
+            return
         with self._lock:
             if self._session is not None:
                 return

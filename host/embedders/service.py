@@ -9,7 +9,8 @@ Invariants:
 - at most `concurrency` `embed` calls run at once per model; more wait in that pool's queue;
 - a caller waits at most `timeout` seconds (queue + embedding), then gets `EmbedderTimeout`;
   work nobody waits for any more is cancelled if it has not started;
-- cached vectors are read-only arrays, shared by every caller;
+- cached vectors are read-only arrays, shared by every caller; the cache holds at most
+  `cache_entries` texts of at most MAX_CACHED_TEXT_CHARS characters each;
 - only `EmbedderError` (and its `EmbedderTimeout`) and `NoEmbedder` come out of the async calls.
 """
 
@@ -35,6 +36,7 @@ from host.embedders.stats import EmbeddingStats
 
 EMBEDDER_CHOICES = ("auto", "none")
 OPENAI_URL = "https://api.openai.com/v1"
+MAX_CACHED_TEXT_CHARS = 2000  # longer texts are not kept as cache keys: they rarely repeat, and would fill memory
 log = logging.getLogger("host.embedders")
 T = TypeVar("T")
 
@@ -235,7 +237,7 @@ class Embedders:
 
     def _remember(self, key: tuple[str, str], vector: np.ndarray) -> None:
         vector.flags.writeable = False
-        if self._cache is not None:
+        if self._cache is not None and len(key[1]) <= MAX_CACHED_TEXT_CHARS:
             self._cache[key] = vector
 
 
