@@ -69,7 +69,7 @@ def main() -> int:
         for label, options in (("no cache", {"cache": False}), ("first load, cache empty", {"cache_dir": Path(cache)}),
                                ("graph from the cache", {"cache_dir": Path(cache)})):
             started = time.perf_counter()
-            MiniLMEmbedder(**options).load()  # type: ignore[arg-type]
+            MiniLMEmbedder(**options).load()
             print(f"{MODEL}: load {time.perf_counter() - started:.2f} s ({label})")
         before = resident_mib()
         embedder = MiniLMEmbedder(cache_dir=Path(cache), threads=args.threads)

@@ -30,7 +30,8 @@ def raw_vector(text: str, dimension: int) -> np.ndarray:
 
 def unit_vector(text: str, dimension: int) -> np.ndarray:
     vector = raw_vector(text, dimension)
-    return (vector / np.linalg.norm(vector)).astype(np.float32)
+    unit: np.ndarray = (vector / np.linalg.norm(vector)).astype(np.float32)
+    return unit
 
 
 @dataclass

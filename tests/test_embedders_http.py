@@ -29,7 +29,7 @@ def embedder_for(service: EmbeddingService, **options: object) -> OpenAIEmbedder
     return OpenAIEmbedder(service.url, "text-embedding-test", **settings)  # type: ignore[arg-type]
 
 
-def test_texts_become_unit_vectors_of_the_services_answer(service: EmbeddingService):
+def test_texts_become_unit_vectors_of_the_services_answer(service: EmbeddingService) -> None:
     embedder = embedder_for(service)
     vectors = embedder.embed(["the sea", "the land"])
     assert isinstance(embedder, Embedder)
@@ -42,35 +42,35 @@ def test_texts_become_unit_vectors_of_the_services_answer(service: EmbeddingServ
     assert embedder.model == "openai.com:text-embedding-test" and embedder.dimension == 16
 
 
-def test_the_library_model_id_can_be_named(service: EmbeddingService):
+def test_the_library_model_id_can_be_named(service: EmbeddingService) -> None:
     assert embedder_for(service, model="ollama:nomic-embed-text").model == "ollama:nomic-embed-text"
 
 
-def test_rows_follow_the_index_the_service_gives_them(service: EmbeddingService):
+def test_rows_follow_the_index_the_service_gives_them(service: EmbeddingService) -> None:
     service.shuffle = True
     vectors = embedder_for(service).embed(["first", "second", "third"])
     assert np.allclose(vectors[2], unit_vector("third", 16), atol=1e-6)
 
 
-def test_base64_embeddings_are_read_too(service: EmbeddingService):
+def test_base64_embeddings_are_read_too(service: EmbeddingService) -> None:
     service.encoding = "base64"
     assert np.allclose(embedder_for(service).embed(["x"])[0], unit_vector("x", 16), atol=1e-6)
 
 
-def test_many_texts_are_sent_in_batches(service: EmbeddingService):
+def test_many_texts_are_sent_in_batches(service: EmbeddingService) -> None:
     vectors = embedder_for(service, max_batch=2).embed([f"text {n}" for n in range(5)])
     assert [len(seen.body["input"]) for seen in service.requests] == [2, 2, 1]
     assert np.allclose(vectors[4], unit_vector("text 4", 16), atol=1e-6)
 
 
-def test_no_key_sends_no_authorization(service: EmbeddingService, monkeypatch: pytest.MonkeyPatch):
+def test_no_key_sends_no_authorization(service: EmbeddingService, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("POLYMATH_EMBEDDER_KEY", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     OpenAIEmbedder(service.url, "m").embed(["x"])
     assert "Authorization" not in service.requests[0].headers
 
 
-def test_the_key_comes_from_the_environment_polymath_first(monkeypatch: pytest.MonkeyPatch):
+def test_the_key_comes_from_the_environment_polymath_first(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
     monkeypatch.delenv("POLYMATH_EMBEDDER_KEY", raising=False)
     assert key_from_environment() == "sk-openai"
@@ -87,11 +87,11 @@ def test_the_key_comes_from_the_environment_polymath_first(monkeypatch: pytest.M
         ("http://tei:80/v1/embeddings", "http://tei:80/v1/embeddings"),
     ],
 )
-def test_the_endpoint_follows_from_the_url(url: str, endpoint: str):
+def test_the_endpoint_follows_from_the_url(url: str, endpoint: str) -> None:
     assert endpoint_of(url) == endpoint
 
 
-def test_a_url_that_is_not_http_is_refused():
+def test_a_url_that_is_not_http_is_refused() -> None:
     with pytest.raises(ValueError, match="http:// or https://"):
         OpenAIEmbedder("ftp://example.com", "m")
 
@@ -99,7 +99,7 @@ def test_a_url_that_is_not_http_is_refused():
 # ---------------------------------------------------------------- dimensions
 
 
-def test_the_dimension_is_learned_from_the_first_answer(service: EmbeddingService):
+def test_the_dimension_is_learned_from_the_first_answer(service: EmbeddingService) -> None:
     embedder = embedder_for(service)
     assert embedder.dimension == 16  # asks the service once
     assert len(service.requests) == 1
@@ -107,13 +107,13 @@ def test_the_dimension_is_learned_from_the_first_answer(service: EmbeddingServic
     assert len(service.requests) == 2
 
 
-def test_vectors_of_another_dimension_are_refused(service: EmbeddingService):
+def test_vectors_of_another_dimension_are_refused(service: EmbeddingService) -> None:
     with pytest.raises(EmbedderError, match=r"answered 16-dimensional vectors for openai.com:text-embedding-test, "
                                             r"expected 1536"):
         embedder_for(service, dimension=1536).embed(["x"])
 
 
-def test_a_service_that_changes_dimension_is_refused(service: EmbeddingService):
+def test_a_service_that_changes_dimension_is_refused(service: EmbeddingService) -> None:
     embedder = embedder_for(service)
     embedder.embed(["x"])
     service.dimension = 8
@@ -124,14 +124,14 @@ def test_a_service_that_changes_dimension_is_refused(service: EmbeddingService):
 # ---------------------------------------------------------------- failures
 
 
-def test_a_server_error_is_retried_then_succeeds(service: EmbeddingService):
+def test_a_server_error_is_retried_then_succeeds(service: EmbeddingService) -> None:
     service.reply(Reply(500, {"error": {"message": "overloaded"}}), Reply(503, b"busy"))
     vectors = embedder_for(service).embed(["x"])
     assert np.allclose(vectors[0], unit_vector("x", 16), atol=1e-6)
     assert len(service.requests) == 3
 
 
-def test_rate_limiting_is_retried_after_the_time_it_asks(service: EmbeddingService):
+def test_rate_limiting_is_retried_after_the_time_it_asks(service: EmbeddingService) -> None:
     service.reply(Reply(429, {"error": {"message": "slow down"}}, {"Retry-After": "0.3"}))
     started = time.monotonic()
     embedder_for(service).embed(["x"])
@@ -139,7 +139,7 @@ def test_rate_limiting_is_retried_after_the_time_it_asks(service: EmbeddingServi
     assert len(service.requests) == 2
 
 
-def test_persistent_rate_limiting_ends_in_one_clear_error(service: EmbeddingService):
+def test_persistent_rate_limiting_ends_in_one_clear_error(service: EmbeddingService) -> None:
     service.reply(*[Reply(429, {"error": {"message": "Rate limit reached for requests"}})] * 3)
     with pytest.raises(EmbedderError) as raised:
         embedder_for(service, retries=2).embed(["x"])
@@ -148,7 +148,7 @@ def test_persistent_rate_limiting_ends_in_one_clear_error(service: EmbeddingServ
     assert len(service.requests) == 3
 
 
-def test_a_client_error_is_not_retried_and_says_what_the_service_said(service: EmbeddingService):
+def test_a_client_error_is_not_retried_and_says_what_the_service_said(service: EmbeddingService) -> None:
     service.reply(Reply(400, {"error": {"message": "'input' is too long\n for this model", "type": "invalid"}}))
     with pytest.raises(EmbedderError) as raised:
         embedder_for(service).embed(["x"])
@@ -168,13 +168,13 @@ def test_a_client_error_is_not_retried_and_says_what_the_service_said(service: E
         (b"", "Unprocessable Entity"),  # the reason phrase when the body is empty
     ],
 )
-def test_each_services_error_shape_gives_its_message(service: EmbeddingService, body: object, said: str):
+def test_each_services_error_shape_gives_its_message(service: EmbeddingService, body: object, said: str) -> None:
     service.reply(Reply(422, body))  # type: ignore[arg-type]
     with pytest.raises(EmbedderError, match=f"answered 422: {re.escape(said)}$"):
         embedder_for(service).embed(["x"])
 
 
-def test_a_hung_service_is_a_timeout_without_retries(service: EmbeddingService):
+def test_a_hung_service_is_a_timeout_without_retries(service: EmbeddingService) -> None:
     service.reply(Reply(hang=5.0))
     started = time.monotonic()
     with pytest.raises(EmbedderTimeout, match=r"did not answer within 0.3 s"):
@@ -183,13 +183,13 @@ def test_a_hung_service_is_a_timeout_without_retries(service: EmbeddingService):
     assert len(service.requests) == 1
 
 
-def test_a_dropped_connection_is_retried(service: EmbeddingService):
+def test_a_dropped_connection_is_retried(service: EmbeddingService) -> None:
     service.reply(Reply(drop=True))
     embedder_for(service).embed(["x"])
     assert len(service.requests) == 2
 
 
-def test_a_service_nobody_answers_at_is_one_clear_error(caplog: pytest.LogCaptureFixture):
+def test_a_service_nobody_answers_at_is_one_clear_error(caplog: pytest.LogCaptureFixture) -> None:
     with running_service() as gone:
         url = gone.url
     with pytest.raises(EmbedderError, match=r"^cannot reach embedding service http://127\.0\.0\.1:\d+/v1/embeddings: "):
@@ -209,14 +209,14 @@ def test_a_service_nobody_answers_at_is_one_clear_error(caplog: pytest.LogCaptur
         ({"data": [{"index": 0, "embedding": [1, True]}]}, "not a vector"),
     ],
 )
-def test_a_malformed_answer_is_refused_and_not_retried(service: EmbeddingService, body: object, message: str):
+def test_a_malformed_answer_is_refused_and_not_retried(service: EmbeddingService, body: object, message: str) -> None:
     service.reply(Reply(200, body))  # type: ignore[arg-type]
     with pytest.raises(EmbedderError, match=message):
         embedder_for(service).embed(["x"])
     assert len(service.requests) == 1
 
 
-def test_the_key_never_reaches_errors_or_logs(service: EmbeddingService, caplog: pytest.LogCaptureFixture):
+def test_the_key_never_reaches_errors_or_logs(service: EmbeddingService, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     echo = {"error": {"message": f"Incorrect API key provided: {KEY}. Check it."}}
     service.reply(Reply(500, echo), Reply(500, echo), Reply(401, echo))
@@ -232,21 +232,21 @@ def test_the_key_never_reaches_errors_or_logs(service: EmbeddingService, caplog:
 # ---------------------------------------------------------------- token counts
 
 
-def test_token_counts_are_the_services_usage(service: EmbeddingService):
+def test_token_counts_are_the_services_usage(service: EmbeddingService) -> None:
     embedder = embedder_for(service)
     assert embedder.count_tokens("three little words") == 3
     assert embedder.count_tokens("three little words") == 3
     assert len(service.requests) == 1  # remembered
 
 
-def test_a_count_learned_while_embedding_one_text_costs_no_request(service: EmbeddingService):
+def test_a_count_learned_while_embedding_one_text_costs_no_request(service: EmbeddingService) -> None:
     embedder = embedder_for(service)
     embedder.embed(["four words right here"])
     assert embedder.count_tokens("four words right here") == 4
     assert len(service.requests) == 1
 
 
-def test_a_service_without_usage_cannot_count(service: EmbeddingService):
+def test_a_service_without_usage_cannot_count(service: EmbeddingService) -> None:
     service.usage = False
     with pytest.raises(EmbedderError, match="reports no token counts"):
         embedder_for(service).count_tokens("x")

@@ -81,7 +81,8 @@ def host_vectors(embedder: MiniLMEmbedder, sample_bits: SampleBits) -> np.ndarra
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    return np.sum(a64 * b64, axis=1) / (np.linalg.norm(a64, axis=1) * np.linalg.norm(b64, axis=1))
+    similarity: np.ndarray = np.sum(a64 * b64, axis=1) / (np.linalg.norm(a64, axis=1) * np.linalg.norm(b64, axis=1))
+    return similarity
 
 
 def top(matrix: np.ndarray, query: np.ndarray, k: int = 10) -> list[int]:
@@ -102,7 +103,9 @@ def same_ranking(matrix: np.ndarray, ours: list[int], reference: list[int], quer
 # ---------------------------------------------------------------- the requirement (SPEC §7, issue 9)
 
 
-def test_every_sample_and_draft_bit_reproduces_its_stored_vector(sample_bits: SampleBits, host_vectors: np.ndarray):
+def test_every_sample_and_draft_bit_reproduces_its_stored_vector(
+    sample_bits: SampleBits, host_vectors: np.ndarray
+) -> None:
     assert len(sample_bits.texts) == 397  # 386 sample bits + 11 drafts
     similarity = cosines(host_vectors, sample_bits.vectors)
     worst = int(np.argmin(similarity))
@@ -111,7 +114,7 @@ def test_every_sample_and_draft_bit_reproduces_its_stored_vector(sample_bits: Sa
     assert similarity.min() > 0.999999
 
 
-def test_bit_text_queries_give_the_reference_top_10(sample_bits: SampleBits, host_vectors: np.ndarray):
+def test_bit_text_queries_give_the_reference_top_10(sample_bits: SampleBits, host_vectors: np.ndarray) -> None:
     stored = sample_bits.vectors
     for row in range(len(stored)):
         reference = top(stored, stored[row])
@@ -120,20 +123,20 @@ def test_bit_text_queries_give_the_reference_top_10(sample_bits: SampleBits, hos
 
 
 def test_free_text_queries_rank_host_and_stored_vectors_alike(embedder: MiniLMEmbedder, sample_bits: SampleBits,
-                                                              host_vectors: np.ndarray):
+                                                              host_vectors: np.ndarray) -> None:
     queries = embedder.embed(list(QUERIES))
     for text, query in zip(QUERIES, queries, strict=True):
         reference = top(sample_bits.vectors, query)
         assert same_ranking(sample_bits.vectors, top(host_vectors, query), reference, query), text
 
 
-def test_the_jonah_passage_answers_the_fish_question(embedder: MiniLMEmbedder, sample_bits: SampleBits):
+def test_the_jonah_passage_answers_the_fish_question(embedder: MiniLMEmbedder, sample_bits: SampleBits) -> None:
     (query,) = embedder.embed(["a great fish swallowed the prophet"])
     best = top(sample_bits.vectors, query, k=1)[0]
     assert sample_bits.titles[best].startswith("Jonah 1:")
 
 
-def test_token_counts_equal_every_bits_token_count(embedder: MiniLMEmbedder, sample_bits: SampleBits):
+def test_token_counts_equal_every_bits_token_count(embedder: MiniLMEmbedder, sample_bits: SampleBits) -> None:
     counted = [embedder.count_tokens(text) for text in sample_bits.texts]
     assert counted == sample_bits.token_counts
 
@@ -141,7 +144,7 @@ def test_token_counts_equal_every_bits_token_count(embedder: MiniLMEmbedder, sam
 # ---------------------------------------------------------------- behaviour
 
 
-def test_vectors_are_unit_length_float32_rows_in_input_order(embedder: MiniLMEmbedder):
+def test_vectors_are_unit_length_float32_rows_in_input_order(embedder: MiniLMEmbedder) -> None:
     texts = ["short", "a somewhat longer text about the sea and ships and storms", "short"]
     vectors = embedder.embed(texts)
     assert vectors.dtype == np.float32 and vectors.shape == (3, 384)
@@ -150,13 +153,13 @@ def test_vectors_are_unit_length_float32_rows_in_input_order(embedder: MiniLMEmb
     assert cosines(vectors[:1], vectors[1:2])[0] < 0.9
 
 
-def test_a_texts_vector_does_not_depend_on_its_batch(embedder: MiniLMEmbedder, sample_bits: SampleBits):
+def test_a_texts_vector_does_not_depend_on_its_batch(embedder: MiniLMEmbedder, sample_bits: SampleBits) -> None:
     alone = embedder.embed([QUERIES[0]])
     padded = embedder.embed([QUERIES[0], *sample_bits.texts[:5]])  # batched with much longer texts
     assert np.abs(alone[0] - padded[0]).max() < 1e-5
 
 
-def test_threads_may_embed_and_count_at_once(embedder: MiniLMEmbedder):
+def test_threads_may_embed_and_count_at_once(embedder: MiniLMEmbedder) -> None:
     texts = [f"{query} ({n})" for n, query in enumerate(QUERIES)]
     serial = [(embedder.embed([text])[0], embedder.count_tokens(text)) for text in texts]
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -165,37 +168,37 @@ def test_threads_may_embed_and_count_at_once(embedder: MiniLMEmbedder):
         assert np.array_equal(vector, again) and count == recount
 
 
-def test_no_texts_give_an_empty_matrix(embedder: MiniLMEmbedder):
+def test_no_texts_give_an_empty_matrix(embedder: MiniLMEmbedder) -> None:
     assert embedder.embed([]).shape == (0, 384)
 
 
-def test_one_string_is_refused_as_a_list_of_texts(embedder: MiniLMEmbedder):
+def test_one_string_is_refused_as_a_list_of_texts(embedder: MiniLMEmbedder) -> None:
     with pytest.raises(TypeError):
-        embedder.embed("a string is a sequence of characters")  # type: ignore[arg-type]
+        embedder.embed("a string is a sequence of characters")
 
 
-def test_counting_neither_cuts_nor_adds_special_tokens(embedder: MiniLMEmbedder):
+def test_counting_neither_cuts_nor_adds_special_tokens(embedder: MiniLMEmbedder) -> None:
     assert embedder.count_tokens("") == 0
     assert embedder.count_tokens("hello world") == 2
     long_text = "and it came to pass " * 200
     assert embedder.count_tokens(long_text) == 5 * 200  # far past the model's 256-token window
 
 
-def test_texts_past_the_window_are_cut_as_the_model_does(embedder: MiniLMEmbedder):
+def test_texts_past_the_window_are_cut_as_the_model_does(embedder: MiniLMEmbedder) -> None:
     common = "and the waters prevailed exceedingly upon the earth " * 40  # ~360 tokens
     first, second = embedder.embed([common + "and all the high hills were covered", common + "a red fox"])
     assert embedder.count_tokens(common) > minilm.MAX_SEQUENCE_TOKENS
     assert cosines(first[None], second[None])[0] > 0.999999  # what follows the first 254 tokens is unseen
 
 
-def test_runs_take_many_short_texts_and_few_long_ones():
+def test_runs_take_many_short_texts_and_few_long_ones() -> None:
     batching = MiniLMEmbedder(batch_size=3, batch_tokens=100)
     lengths = [50, 10, 10, 10, 10, 60, 120]
     # Shortest first; a run stops at 3 texts or when its padded size would pass 100 tokens.
     assert batching._batches(lengths) == [[1, 2, 3], [4, 0], [5], [6]]
 
 
-def test_construction_is_cheap_and_loading_is_lazy():
+def test_construction_is_cheap_and_loading_is_lazy() -> None:
     started = time.perf_counter()
     fresh = MiniLMEmbedder()
     assert not fresh.loaded and time.perf_counter() - started < 0.05
@@ -209,7 +212,7 @@ def copy_model_files(directory: Path, *names: str) -> None:
             source.extract(name, directory)
 
 
-def test_model_files_that_differ_from_the_published_ones_are_refused(tmp_path: Path, embedder: MiniLMEmbedder):
+def test_model_files_that_differ_from_the_published_ones_are_refused(tmp_path: Path, embedder: MiniLMEmbedder) -> None:
     copy_model_files(tmp_path, minilm.TOKENIZER_FILE, minilm.WEIGHTS_FILE)
     weights = tmp_path / minilm.WEIGHTS_FILE
     with weights.open("r+b") as file:  # one weight changed, deep inside the file
@@ -225,7 +228,7 @@ def test_model_files_that_differ_from_the_published_ones_are_refused(tmp_path: P
 
 def test_model_files_from_a_directory_load_like_the_archive_even_with_no_cache(
     tmp_path: Path, embedder: MiniLMEmbedder, caplog: pytest.LogCaptureFixture
-):
+) -> None:
     copy_model_files(tmp_path, minilm.TOKENIZER_FILE, minilm.WEIGHTS_FILE)
     not_a_directory = tmp_path / "cache"
     not_a_directory.write_text("a file where the cache directory should be")
@@ -236,7 +239,7 @@ def test_model_files_from_a_directory_load_like_the_archive_even_with_no_cache(
 
 def test_the_built_graph_is_cached_and_checked_before_use(
     tmp_path: Path, embedder: MiniLMEmbedder, minilm_cache_dir: Path, caplog: pytest.LogCaptureFixture
-):
+) -> None:
     assert not embedder.graph_from_cache  # the fixture built it...
     for name in (minilm.GRAPH_NAME, f"{minilm.GRAPH_NAME}.sha256"):  # ...and stored it
         shutil.copy(minilm_cache_dir / name, tmp_path / name)
@@ -259,7 +262,7 @@ def test_the_built_graph_is_cached_and_checked_before_use(
     assert (minilm_cache_dir / minilm.GRAPH_NAME).read_bytes() == graph.read_bytes()  # repaired
 
 
-def test_a_missing_model_file_is_one_clear_error(tmp_path: Path):
+def test_a_missing_model_file_is_one_clear_error(tmp_path: Path) -> None:
     shutil.copy(PROJECT / "pyproject.toml", tmp_path / "model.zip")
     with pytest.raises(EmbedderError, match=r"cannot read the sentence-transformers:all-MiniLM-L6-v2 model files"):
         MiniLMEmbedder(tmp_path / "model.zip", cache=False).load()
@@ -275,7 +278,7 @@ def safetensors_bytes(header: dict[str, object], data: bytes) -> bytes:
     return struct.pack("<Q", len(text)) + text + data
 
 
-def test_safetensors_tensors_come_back_as_views_with_their_shapes():
+def test_safetensors_tensors_come_back_as_views_with_their_shapes() -> None:
     weights = np.arange(6, dtype="<f4")
     data = safetensors_bytes(
         {"__metadata__": {"format": "pt"}, "w": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
@@ -299,6 +302,6 @@ def test_safetensors_tensors_come_back_as_views_with_their_shapes():
         (safetensors_bytes({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, bytes(8)), "'w'"),
     ],
 )
-def test_malformed_safetensors_are_refused_with_one_line(data: bytes, message: str):
+def test_malformed_safetensors_are_refused_with_one_line(data: bytes, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         read_safetensors(data)

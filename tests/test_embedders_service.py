@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -47,7 +48,7 @@ def local(minilm_embedder: minilm.MiniLMEmbedder, minilm_cache_dir: Path) -> Ite
 # ---------------------------------------------------------------- settings
 
 
-def test_auto_serves_the_sample_model_locally(local: Embedders):
+def test_auto_serves_the_sample_model_locally(local: Embedders) -> None:
     assert local.models == (minilm.MODEL,)
     vector = asyncio.run(local.embed_query(minilm.MODEL, "a great fish swallowed the prophet"))
     assert vector.shape == (384,) and vector.dtype == np.float32 and not vector.flags.writeable
@@ -55,7 +56,7 @@ def test_auto_serves_the_sample_model_locally(local: Embedders):
 
 
 def test_auto_without_the_extra_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch,
-                                                             caplog: pytest.LogCaptureFixture):
+                                                             caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setitem(sys.modules, "tokenizers", None)  # as if the `embed` extra were not installed
     caplog.set_level(logging.INFO, logger="host.embedders")
     assert build_embedders("auto").models == ()
@@ -64,14 +65,14 @@ def test_auto_without_the_extra_says_which_extra_to_install(monkeypatch: pytest.
     assert "needs tokenizers: pip install 'polymath-host[embed]'" in line
 
 
-def test_none_turns_text_queries_off():
+def test_none_turns_text_queries_off() -> None:
     registry = build_embedders("none")
     assert registry.models == ()
     with pytest.raises(NoEmbedder, match=r"cannot embed text for model 'openai\.com:x': send `query_embedding`"):
         asyncio.run(registry.embed_query("openai.com:x", "hello"))
 
 
-def test_a_remote_embedder_serves_the_model_named(service: EmbeddingService):
+def test_a_remote_embedder_serves_the_model_named(service: EmbeddingService) -> None:
     registry = build_embedders("auto", service.url, "nomic-embed-text", "ollama:nomic-embed-text")
     assert "ollama:nomic-embed-text" in registry.models
     assert build_embedders("auto", service.url, "nomic-embed-text").get("openai.com:nomic-embed-text")
@@ -86,12 +87,12 @@ def test_a_remote_embedder_serves_the_model_named(service: EmbeddingService):
         ({"embedder_url": "localhost:11434", "embedder_model": "m"}, "must be http:// or https://"),
     ],
 )
-def test_contradictory_settings_are_refused(settings: dict[str, str], message: str):
+def test_contradictory_settings_are_refused(settings: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         build_embedders(**settings)
 
 
-def test_two_embedders_for_one_model_are_refused(service: EmbeddingService):
+def test_two_embedders_for_one_model_are_refused(service: EmbeddingService) -> None:
     one = build_embedders("auto", service.url, "m").get("openai.com:m")
     with pytest.raises(ValueError, match=r"two embedders for model 'openai\.com:m'"):
         Embedders([one, one])
@@ -100,7 +101,7 @@ def test_two_embedders_for_one_model_are_refused(service: EmbeddingService):
 # ---------------------------------------------------------------- the query path
 
 
-def test_a_repeated_query_text_comes_from_the_cache(service: EmbeddingService):
+def test_a_repeated_query_text_comes_from_the_cache(service: EmbeddingService) -> None:
     registry = remote_only(service)
 
     async def twice() -> tuple[np.ndarray, np.ndarray]:
@@ -113,7 +114,7 @@ def test_a_repeated_query_text_comes_from_the_cache(service: EmbeddingService):
     assert registry.stats.value("cache_misses", REMOTE) == 1
 
 
-def test_the_cache_is_keyed_by_model_and_text(service: EmbeddingService):
+def test_the_cache_is_keyed_by_model_and_text(service: EmbeddingService) -> None:
     registry = remote_only(service, cache_entries=1)
 
     async def queries() -> None:
@@ -124,7 +125,7 @@ def test_the_cache_is_keyed_by_model_and_text(service: EmbeddingService):
     assert [seen.body["input"] for seen in service.requests] == [["a"], ["b"], ["a"]]  # one entry: "a" evicted
 
 
-def test_long_texts_are_not_kept_in_the_cache(service: EmbeddingService):
+def test_long_texts_are_not_kept_in_the_cache(service: EmbeddingService) -> None:
     registry = remote_only(service)
     long_text = "word " * (MAX_CACHED_TEXT_CHARS // 5 + 1)
     for _ in range(2):
@@ -132,7 +133,7 @@ def test_long_texts_are_not_kept_in_the_cache(service: EmbeddingService):
     assert len(service.requests) == 2
 
 
-def test_identical_texts_asked_at_once_are_embedded_once():
+def test_identical_texts_asked_at_once_are_embedded_once() -> None:
     with running_service(dimension=16, delay=0.2) as slow:
         registry = remote_only(slow)
 
@@ -144,7 +145,7 @@ def test_identical_texts_asked_at_once_are_embedded_once():
         assert all(vector is vectors[0] for vector in vectors)
 
 
-def test_no_more_than_the_concurrency_bound_run_at_once():
+def test_no_more_than_the_concurrency_bound_run_at_once() -> None:
     with running_service(dimension=16, delay=0.2) as slow:
         registry = remote_only(slow, concurrency=2)
 
@@ -158,7 +159,7 @@ def test_no_more_than_the_concurrency_bound_run_at_once():
         assert time.monotonic() - started >= 0.6  # three rounds of two
 
 
-def test_a_slow_embedding_is_a_timeout(service: EmbeddingService):
+def test_a_slow_embedding_is_a_timeout(service: EmbeddingService) -> None:
     service.reply(Reply(hang=3.0))
     registry = remote_only(service, timeout=0.3)
     started = time.monotonic()
@@ -168,13 +169,15 @@ def test_a_slow_embedding_is_a_timeout(service: EmbeddingService):
     assert registry.stats.value("timeouts", REMOTE) == 1
 
 
-def test_queued_work_nobody_waits_for_is_dropped():
+def test_queued_work_nobody_waits_for_is_dropped() -> None:
     with running_service(dimension=16, delay=0.5) as slow:
         registry = remote_only(slow, concurrency=1, timeout=0.2)
 
         async def impatient() -> list[object]:
-            return await asyncio.gather(*(registry.embed_query(REMOTE, f"t{n}") for n in range(3)),
-                                        return_exceptions=True)
+            outcomes: list[object] = await asyncio.gather(
+                *(registry.embed_query(REMOTE, f"t{n}") for n in range(3)), return_exceptions=True
+            )
+            return outcomes
 
         outcomes = asyncio.run(impatient())
         assert all(isinstance(outcome, EmbedderTimeout) for outcome in outcomes)
@@ -183,7 +186,7 @@ def test_queued_work_nobody_waits_for_is_dropped():
         registry.close()
 
 
-def test_a_query_after_a_timeout_starts_afresh(service: EmbeddingService):
+def test_a_query_after_a_timeout_starts_afresh(service: EmbeddingService) -> None:
     service.reply(Reply(hang=1.0))
     registry = remote_only(service, timeout=0.2)
     with pytest.raises(EmbedderTimeout):
@@ -193,7 +196,7 @@ def test_a_query_after_a_timeout_starts_afresh(service: EmbeddingService):
     assert np.allclose(vector, unit_vector("hello", 16), atol=1e-6)
 
 
-def test_a_failing_service_is_an_embedder_error_and_is_not_cached(service: EmbeddingService):
+def test_a_failing_service_is_an_embedder_error_and_is_not_cached(service: EmbeddingService) -> None:
     service.reply(Reply(400, {"error": {"message": "bad input"}}))
     registry = remote_only(service)
     with pytest.raises(EmbedderError, match="answered 400: bad input"):
@@ -228,7 +231,7 @@ class Broken:
         (Broken((1, 3)), r"^embedder of test:broken returned float32 \(1, 3\) for 1 texts of dimension 4$"),
     ],
 )
-def test_a_broken_embedder_is_one_line_not_a_traceback(embedder: Broken, message: str):
+def test_a_broken_embedder_is_one_line_not_a_traceback(embedder: Broken, message: str) -> None:
     registry = Embedders([embedder])
     with pytest.raises(EmbedderError, match=message):
         asyncio.run(registry.embed_query("test:broken", "x"))
@@ -237,7 +240,7 @@ def test_a_broken_embedder_is_one_line_not_a_traceback(embedder: Broken, message
 # ---------------------------------------------------------------- several texts, counts, the importer
 
 
-def test_several_texts_reuse_the_cache_and_embed_the_rest_in_one_call(service: EmbeddingService):
+def test_several_texts_reuse_the_cache_and_embed_the_rest_in_one_call(service: EmbeddingService) -> None:
     registry = remote_only(service)
     asyncio.run(registry.embed_query(REMOTE, "a"))
     vectors = asyncio.run(registry.embed_texts(REMOTE, ["b", "a", "c", "b"]))
@@ -247,18 +250,18 @@ def test_several_texts_reuse_the_cache_and_embed_the_rest_in_one_call(service: E
     assert asyncio.run(registry.embed_texts(REMOTE, [])).shape == (0, 16)
 
 
-def test_several_texts_may_be_given_their_own_time_limit(service: EmbeddingService):
+def test_several_texts_may_be_given_their_own_time_limit(service: EmbeddingService) -> None:
     service.reply(Reply(hang=2.0))
     registry = remote_only(service, timeout=10.0)
     with pytest.raises(EmbedderTimeout, match=r"took longer than 0\.2 s"):
         asyncio.run(registry.embed_texts(REMOTE, ["a", "b"], timeout=0.2))
 
 
-def test_token_counts_are_counted_off_the_event_loop(local: Embedders):
+def test_token_counts_are_counted_off_the_event_loop(local: Embedders) -> None:
     assert asyncio.run(local.count_tokens(minilm.MODEL, ["hello world", ""])) == [2, 0]
 
 
-def test_the_importer_embeds_in_batches_with_progress(service: EmbeddingService):
+def test_the_importer_embeds_in_batches_with_progress(service: EmbeddingService) -> None:
     registry = remote_only(service)
     seen: list[tuple[int, int]] = []
     vectors = registry.embed_many(REMOTE, [f"bit {n}" for n in range(5)], batch_size=2,
@@ -268,7 +271,7 @@ def test_the_importer_embeds_in_batches_with_progress(service: EmbeddingService)
     assert registry.stats.calls(REMOTE) == 3 and registry.stats.value("texts", REMOTE) == 5
 
 
-def test_the_importer_gets_the_same_vectors_as_a_query(local: Embedders):
+def test_the_importer_gets_the_same_vectors_as_a_query(local: Embedders) -> None:
     texts = ["in the beginning", "the Lord is my shepherd"]
     batch = local.embed_many(minilm.MODEL, texts)
     query = asyncio.run(local.embed_query(minilm.MODEL, texts[1]))
@@ -278,7 +281,7 @@ def test_the_importer_gets_the_same_vectors_as_a_query(local: Embedders):
 # ---------------------------------------------------------------- /metrics
 
 
-def test_stats_render_as_prometheus_lines(service: EmbeddingService):
+def test_stats_render_as_prometheus_lines(service: EmbeddingService) -> None:
     stats = EmbeddingStats()
     registry = remote_only(service, stats=stats)
     asyncio.run(registry.embed_query(REMOTE, "x"))
