@@ -141,8 +141,9 @@ class Embedders:
         """float32 (len(texts), dimension) for several texts (/v1/embeddings): cached rows are
         reused, the others embedded in one call, within `timeout` seconds (default: the registry's)."""
         state = self._state(model)
-        if not texts:
-            return np.empty((0, state.embedder.dimension), dtype=np.float32)
+        if not texts:  # reading an HTTP embedder's dimension may ask its service: not on the event loop
+            dimension = await self._within_limit(model, self._in_pool(state, lambda: state.embedder.dimension), timeout)
+            return np.empty((0, dimension), dtype=np.float32)
         rows: list[np.ndarray | None] = [self._cache.get((model, text)) if self._cache is not None else None
                                          for text in texts]
         missing = sorted({text for text, row in zip(texts, rows, strict=True) if row is None})
