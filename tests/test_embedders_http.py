@@ -91,6 +91,12 @@ def test_the_endpoint_follows_from_the_url(url: str, endpoint: str) -> None:
     assert endpoint_of(url) == endpoint
 
 
+def test_credentials_and_query_in_the_url_are_never_shown() -> None:
+    embedder = OpenAIEmbedder("https://user:hunter2@[::1]:8443/v1?api-key=hunter2", "m")
+    assert embedder.service == "https://[::1]:8443/v1/embeddings"
+    assert "hunter2" not in repr(embedder)
+
+
 def test_a_url_that_is_not_http_is_refused() -> None:
     with pytest.raises(ValueError, match="http:// or https://"):
         OpenAIEmbedder("ftp://example.com", "m")

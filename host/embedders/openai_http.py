@@ -9,7 +9,8 @@ Invariants:
   Authorization header: never into a log line, an error message or repr (a service that echoes
   it back has it replaced by "[key]");
 - every error is an `EmbedderError` (`EmbedderTimeout` for a timeout) with one line naming the
-  service (scheme, host, path; never the query string), the HTTP status and the service's own message;
+  service (scheme, host, port, path; never user:password@ or the query string), the HTTP status
+  and the service's own message;
 - connection failures, 429 and 5xx are retried with exponential backoff (honouring a short
   Retry-After); other 4xx, bad JSON, wrong counts or dimensions are not: retrying cannot fix them;
 - a timeout is not retried either: the caller's time limit is the budget, and a hung service
@@ -101,8 +102,7 @@ class OpenAIEmbedder:
         if timeout <= 0 or retries < 0 or backoff < 0 or max_batch < 1:
             raise ValueError("embedder timeout and max_batch must be positive, retries and backoff not negative")
         self.endpoint = endpoint_of(url)
-        parts = urlsplit(self.endpoint)
-        self.service = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))  # safe to show: no query
+        self.service = _shown(self.endpoint)
         self.remote_model = remote_model.strip()
         self.model = model or f"openai.com:{self.remote_model}"
         self.timeout = timeout
@@ -263,6 +263,15 @@ class OpenAIEmbedder:
 
     def _timeout_message(self) -> str:
         return f"embedding service {self.service} did not answer within {self.timeout:g} s"
+
+
+def _shown(endpoint: str) -> str:
+    """The endpoint as errors and logs may show it: no user:password@, no query string."""
+    parts = urlsplit(endpoint)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    netloc = f"{host}:{parts.port}" if parts.port is not None else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def _vector(value: Any) -> list[float] | None:
