@@ -65,6 +65,12 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=200, help="calls for the one-query latency")
     args = parser.parse_args()
 
+    began = time.perf_counter()
+    import onnx  # noqa: F401  (imported here to time the imports apart from the load)
+    import onnxruntime  # type: ignore[import-untyped]  # noqa: F401
+    import tokenizers  # noqa: F401
+
+    print(f"imports of onnxruntime, onnx, tokenizers: {time.perf_counter() - began:.2f} s")
     with tempfile.TemporaryDirectory() as cache:
         for label, options in (("no cache", {"cache": False}), ("first load, cache empty", {"cache_dir": Path(cache)}),
                                ("graph from the cache", {"cache_dir": Path(cache)})):
