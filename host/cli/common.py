@@ -12,7 +12,7 @@ from typing import Any
 
 from host.settings import Settings
 
-_TYPES: dict[Any, type] = {int: int, float: float, str: str, Path: Path, Path | None: Path}
+_TYPES: dict[Any, type] = {int: int, float: float, str: str, Path: Path, Path | None: Path, str | None: str}
 
 
 def add_setting_options(parser: argparse.ArgumentParser, *names: str) -> None:

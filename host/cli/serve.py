@@ -35,7 +35,7 @@ def register(commands: Any) -> None:
 
 def serve_command(args: argparse.Namespace) -> int:
     from host.web import server
-    from host.web.app import create_app
+    from host.web.app import create_app, embedders_for
 
     configure_logging(args.log_level)
     settings = Settings.from_arguments(args)
@@ -63,6 +63,16 @@ def serve_command(args: argparse.Namespace) -> int:
     bits = sum(library.bit_count for library in catalog.libraries)
     say(f"loaded {len(catalog.libraries)} libraries ({bits:,} bits) in {time.perf_counter() - started:.2f} s"
         + (f"; {len(catalog.problems)} skipped (see above)" if catalog.problems else ""))
+    try:
+        embedders = embedders_for(settings, catalog)
+    except ValueError as problem:
+        say(f"error: {problem}")
+        return 1
+    unembedded = sorted(set(catalog.models) - set(embedders.models))
+    if embedders.models:
+        say(f"text queries for {', '.join(embedders.models)}")
+    if unembedded:
+        say(f"no text queries for {', '.join(unembedded)} (send query_embedding, or see --embedder-url)")
     say(f"serving on http://{args.host}:{args.port}/" + (
         f" with access rules from {access_file}" if access_file.exists() else
         f" (public bits only until {access_file} is created: polymath-host access init)"))
@@ -74,7 +84,7 @@ def serve_command(args: argparse.Namespace) -> int:
         os.environ[LOG_LEVEL_VARIABLE] = args.log_level
         server.run("host.web.app:app_from_environment", settings, **where)
     else:
-        app = create_app(settings, catalog=catalog, access=access_control)
+        app = create_app(settings, catalog=catalog, access=access_control, embedders=embedders)
         # uvicorn re-raises SIGTERM after its graceful shutdown, which would kill us with -15;
         # a stop we were asked for is a clean exit (0), as it already is with --workers N.
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))

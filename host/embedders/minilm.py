@@ -10,7 +10,7 @@ How it runs: `bert_onnx` writes the BERT encoder + mean pooling as an ONNX graph
 (at the first load; kept in a `graph_cache` on disk for later loads, checked by its SHA-256), ONNX
 Runtime runs it, and `tokenizers` tokenizes with the model's own `tokenizer.json`. Rows are
 L2-normalised in float64, then stored as float32, exactly as the sample libraries were built
-(`scripts/sample_embedding.py`, torch): cosine >= 0.99999997 to their stored vectors.
+(sentence-transformers on torch): cosine >= 0.99999997 to their stored vectors.
 
 Invariants:
 - at most `MAX_SEQUENCE_TOKENS` tokens ([CLS] and [SEP] included) reach the model: longer texts

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from collections.abc import Collection
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 COUNTERS = {
@@ -17,6 +18,13 @@ COUNTERS = {
     "texts": "polymath_embed_texts_total",
     "errors": "polymath_embed_errors_total",
     "timeouts": "polymath_embed_timeouts_total",
+}
+HELP = {
+    "cache_hits": "Query texts whose vector came from the cache, by model.",
+    "cache_misses": "Query texts that had to be embedded, by model.",
+    "texts": "Texts embedded, by model.",
+    "errors": "Embedding calls that failed, by model.",
+    "timeouts": "Embeddings that took longer than their time limit, by model.",
 }
 HISTOGRAM = "polymath_embed_seconds"
 
@@ -57,13 +65,20 @@ class EmbeddingStats:
         with self._lock:
             return self._calls.get(model, 0)
 
-    def render_lines(self) -> list[str]:
-        """Prometheus text-format lines (no trailing newline), counters then the histogram."""
+    def render_lines(self, models: Collection[str] | None = None) -> list[str]:
+        """Prometheus text-format lines (no trailing newline), counters then the histogram; with
+        `models`, only theirs (the edge passes the models anyone may see)."""
         with self._lock:
             lines = []
-            for (counter, model), amount in sorted(self._counts.items()):
-                lines.append(f'{COUNTERS[counter]}{{model="{_escape(model)}"}} {amount}')
+            for counter, name in COUNTERS.items():
+                lines += [f"# HELP {name} {HELP[counter]}", f"# TYPE {name} counter"]
+                lines += [f'{name}{{model="{_escape(model)}"}} {amount}'
+                          for (kind, model), amount in sorted(self._counts.items())
+                          if kind == counter and (models is None or model in models)]
+            lines += [f"# HELP {HISTOGRAM} Seconds each embedding call took, by model.", f"# TYPE {HISTOGRAM} histogram"]
             for model, buckets in sorted(self._buckets.items()):
+                if models is not None and model not in models:
+                    continue
                 label = f'model="{_escape(model)}"'
                 lines += [
                     f'{HISTOGRAM}_bucket{{{label},le="{bound}"}} {n}'

@@ -23,11 +23,14 @@ from starlette.routing import Route
 
 from access import AccessControl
 from host.catalog import Catalog, load_catalog
+from host.embedders.errors import EmbedderError, NoEmbedder
+from host.embedders.service import Embedders, build_embedders
 from host.errors import NothingLoaded, QueryError
 from host.process import LOG_LEVEL_VARIABLE, configure_logging, limit_blas_threads
 from host.reloader import LibraryWatcher
 from host.settings import Settings
 from host.web.caller import verified_subject
+from host.web.dialects import openai_embeddings
 from host.web.errors import HTTPError, from_core
 from host.web.library_endpoints import library_file, list_libraries
 from host.web.middleware import POLYMATH_LINK, AccessLog, PolymathLinkHeader, RateLimit, RequestBodyGuard
@@ -49,14 +52,19 @@ ROUTES = [
     Route("/readyz", readyz, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
     Route("/openapi.json", openapi, methods=["GET"]),
+    Route("/v1/embeddings", openai_embeddings.embeddings, methods=["POST"]),
 ]
 
 
-def create_app(settings: Settings, catalog: Catalog | None = None, access: AccessControl | None = None) -> Starlette:
-    """The ASGI app. Loads libraries and the access file unless given them already."""
+def create_app(settings: Settings, catalog: Catalog | None = None, access: AccessControl | None = None,
+               embedders: Embedders | None = None) -> Starlette:
+    """The ASGI app. Loads libraries, the access file and the embedders unless given them already
+    (ValueError for contradictory embedder settings)."""
     if catalog is None:
         catalog = load_catalog(settings.libraries, cache_dir=settings.cache_dir, max_bytes=settings.max_library_bytes)
-    state = HostState(settings, catalog, access or AccessControl.from_file(settings.access))
+    if embedders is None:
+        embedders = embedders_for(settings, catalog)
+    state = HostState(settings, catalog, access or AccessControl.from_file(settings.access), embedders)
     watcher = LibraryWatcher(state, settings.libraries, cache_dir=settings.cache_dir,
                              max_bytes=settings.max_library_bytes, interval=settings.watch_interval,
                              also_each_poll=state.access.reload_if_changed)
@@ -67,9 +75,11 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
             watcher.start()
             with suppress(NotImplementedError, RuntimeError, ValueError):  # no signals off the main thread
                 asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, watcher.request_reload)
+        state.embedders.start_loading()  # so the first text query does not wait for a model to load
         yield
         if settings.watch_interval > 0:
             watcher.stop()
+        state.embedders.close()
 
     app = Starlette(
         routes=ROUTES,
@@ -83,8 +93,11 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
         lifespan=lifespan,
         exception_handlers={
             HTTPError: on_refused,
+            openai_embeddings.OpenAIError: on_openai_refused,
             QueryError: on_core_refusal,
             NothingLoaded: on_core_refusal,
+            NoEmbedder: on_core_refusal,
+            EmbedderError: on_core_refusal,
             HTTPException: on_starlette_error,
             Exception: on_crash,
         },
@@ -92,6 +105,16 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
     app.state.host = state
     app.state.watcher = watcher
     return app
+
+
+def embedders_for(settings: Settings, catalog: Catalog) -> Embedders:
+    """The embedders `serve` was told to keep; an HTTP one learns its dimension from its model's libraries."""
+    library_model = settings.embedder_library_model or (
+        f"openai.com:{settings.embedder_model}" if settings.embedder_model else None)
+    index = catalog.models.get(library_model) if library_model else None
+    return build_embedders(settings.embedder, settings.embedder_url, settings.embedder_model,
+                           settings.embedder_library_model, index.dimension if index else None,
+                           timeout=settings.embedder_timeout)
 
 
 def app_from_environment() -> Starlette:
@@ -107,6 +130,12 @@ async def on_refused(request: Request, error: Exception) -> Response:
     assert isinstance(error, HTTPError)
     host_state(request).metrics.count("polymath_errors_total", status=str(error.status))
     return error_response(error)
+
+
+async def on_openai_refused(request: Request, error: Exception) -> Response:
+    assert isinstance(error, openai_embeddings.OpenAIError)
+    host_state(request).metrics.count("polymath_errors_total", status=str(error.status))
+    return openai_embeddings.openai_error_response(error)
 
 
 async def on_core_refusal(request: Request, error: Exception) -> Response:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from host.embedders.errors import EmbedderError, EmbedderTimeout, NoEmbedder
 from host.errors import NothingLoaded, QueryError
 
 
@@ -19,9 +20,13 @@ def bad_request(message: str) -> HTTPError:
     return HTTPError(400, message)
 
 
-STATUS_OF_CORE_REFUSALS: dict[type[Exception], int] = {QueryError: 400, NothingLoaded: 503}
+# Most specific first: EmbedderTimeout is an EmbedderError.
+STATUS_OF_CORE_REFUSALS: dict[type[Exception], int] = {
+    QueryError: 400, NoEmbedder: 400, NothingLoaded: 503, EmbedderTimeout: 504, EmbedderError: 502,
+}
 
 
 def from_core(error: Exception) -> HTTPError:
-    """The HTTP refusal for a core refusal (host.errors)."""
-    return HTTPError(STATUS_OF_CORE_REFUSALS[type(error)], str(error))
+    """The HTTP refusal for a refusal of the core or of an embedder (their messages are safe to show)."""
+    status = next(status for kind, status in STATUS_OF_CORE_REFUSALS.items() if isinstance(error, kind))
+    return HTTPError(status, str(error))

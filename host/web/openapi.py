@@ -18,6 +18,9 @@ _QUERY_ARGUMENTS = {
                     "description": "Highest library format version the client reads."},
         "query_embedding": {"type": "string", "format": "byte",
                             "description": "Base64 of the query vector: little-endian float32 or float64."},
+        "query": {"type": "string", "maxLength": 10000,
+                  "description": "The query as text, embedded by the host with the model's embedder "
+                                 "(not together with query_embedding)."},
         "query_embedding_model": {"type": "string", "description": "Defaults to the host's only model."},
         "count": {"type": "integer", "minimum": 1, "default": 1000},
         "count_type": {"type": "string", "enum": ["token", "bit"], "default": "token"},
@@ -55,6 +58,40 @@ _LIBRARY = {
     },
 }
 
+_EMBEDDINGS_REQUEST = {
+    "type": "object",
+    "required": ["model", "input"],
+    "properties": {
+        "model": {"type": "string", "description": "A library's embedding_model."},
+        "input": {"oneOf": [{"type": "string", "minLength": 1, "maxLength": 8000},
+                            {"type": "array", "minItems": 1, "maxItems": 256,
+                             "items": {"type": "string", "minLength": 1, "maxLength": 8000}}]},
+        "encoding_format": {"type": "string", "enum": ["float", "base64"], "default": "float"},
+    },
+}
+
+_EMBEDDINGS_ANSWER = {
+    "type": "object",
+    "required": ["object", "data", "model", "usage"],
+    "properties": {
+        "object": {"type": "string"},
+        "model": {"type": "string"},
+        "data": {"type": "array", "items": {"type": "object", "properties": {
+            "object": {"type": "string"}, "index": {"type": "integer"},
+            "embedding": {"oneOf": [{"type": "array", "items": {"type": "number"}}, {"type": "string"}]}}}},
+        "usage": {"type": "object", "properties": {"prompt_tokens": {"type": "integer"},
+                                                   "total_tokens": {"type": "integer"}}},
+    },
+}
+
+
+def _openai_error(description: str) -> dict[str, Any]:
+    schema = {"type": "object", "required": ["error"], "properties": {"error": {"type": "object", "properties": {
+        "message": {"type": "string"}, "type": {"type": "string"}, "param": {"type": "string", "nullable": True},
+        "code": {"nullable": True}}}}}
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
 _JSON_BODY = {"application/json": {"schema": {"$ref": "#/components/schemas/Library"}}}
 _TOKEN_PARAMETERS = [
     {"name": "Authorization", "in": "header", "required": False, "schema": {"type": "string"},
@@ -88,10 +125,27 @@ OPENAPI: dict[str, Any] = {
                     "413": _error("The body is over the limit"),
                     "415": _error("An unsupported content type"),
                     "429": _error("Too many requests"),
+                    "502": _error("The embedding service failed"),
                     "503": _error("No libraries are loaded yet"),
+                    "504": _error("The embedding service did not answer in time"),
                 },
             },
         },
+        "/v1/embeddings": {"post": {
+            "summary": "OpenAI's embeddings API over the host's embedders",
+            "parameters": [{"name": "Authorization", "in": "header", "required": False,
+                            "schema": {"type": "string"}, "description": "Bearer <access token>"}],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _EMBEDDINGS_REQUEST}}},
+            "responses": {
+                "200": {"description": "One vector per input", "content": {"application/json": {
+                    "schema": _EMBEDDINGS_ANSWER}}},
+                **{status: _openai_error(description) for status, description in (
+                    ("400", "A bad request, or a model not embedded here"),
+                    ("401", "An access token that failed verification"),
+                    ("413", "Too many or too long inputs"), ("429", "Too many requests"),
+                    ("502", "The embedding service failed"), ("504", "The embedding service did not answer in time"))},
+            },
+        }},
         "/libraries": {"get": {"summary": "The loaded libraries this caller may see", "parameters": _TOKEN_PARAMETERS,
                                "responses": {
             "200": {"description": "Libraries", "content": {"application/json": {"schema": {"type": "object"}}}},

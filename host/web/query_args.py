@@ -18,6 +18,7 @@ DEFAULT_COUNT = 1000
 DEFAULT_OMIT = "embedding"
 COUNT_TYPES: tuple[CountType, ...] = ("token", "bit")
 DEFAULT_OMIT_KEYS = parse_omit(DEFAULT_OMIT)
+MAX_QUERY_CHARACTERS = 10_000  # far past what an embedder reads (MiniLM: 256 tokens)
 MAX_QUERY_MAGNITUDE = 1e6  # larger values overflow float32 dot products into inf/NaN
 
 
@@ -25,6 +26,7 @@ MAX_QUERY_MAGNITUDE = 1e6  # larger values overflow float32 dot products into in
 class QueryArgs:
     version: int = FORMAT_VERSION
     query_embedding: bytes | None = None  # raw bytes: float32 or float64, told apart by the model's dimension
+    query: str | None = None  # text, embedded by the host (SPEC §7)
     model: str | None = None
     count: int = DEFAULT_COUNT
     count_type: CountType = "token"
@@ -48,9 +50,16 @@ def parse_query_args(fields: Mapping[str, Any], *, max_count: int, max_embedding
         omit = parse_omit(omit_value)
     except LibraryFormatError as problem:
         raise bad_request(str(problem)) from None
+    query = _text(fields, "query") or None
+    embedding = _embedding_bytes(fields.get("query_embedding"), max_embedding_bytes)
+    if query is not None and embedding is not None:
+        raise bad_request("send either query (text) or query_embedding (a vector), not both")
+    if query is not None and len(query) > MAX_QUERY_CHARACTERS:
+        raise bad_request(f"query is {len(query):,} characters long; at most {MAX_QUERY_CHARACTERS:,} are read")
     return QueryArgs(
         version=version,
-        query_embedding=_embedding_bytes(fields.get("query_embedding"), max_embedding_bytes),
+        query_embedding=embedding,
+        query=query,
         model=_text(fields, "query_embedding_model") or None,
         count=count,
         count_type=count_type,

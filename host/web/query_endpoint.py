@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from host.catalog import Catalog
+from host.embedders.errors import EmbedderError
 from host.engine import random_query
 from host.index import ModelIndex
 from host.query import Query, choose_model, run_query
@@ -60,10 +61,16 @@ async def answer(
     """The rendered result, from the cache when the very same question was asked before."""
     restricted_count, restricted_message = state.access.restricted_count, state.access.restricted_message
     key = None  # a random sample is different every time: never cached
-    if args.query_embedding is None:
-        vector = random_query(index.dimension)
-    else:
+    if args.query is not None:
+        vector = await state.embedders.embed_query(index.model, args.query)
+        if vector.shape != (index.dimension,):
+            raise EmbedderError(f"the embedder of {index.model} gave {vector.shape[-1]} dimensions; "
+                                f"its libraries have {index.dimension}")
+    elif args.query_embedding is not None:
         vector = query_vector(args.query_embedding, index.dimension, index.model)
+    else:
+        vector = random_query(index.dimension)
+    if args.query is not None or args.query_embedding is not None:
         # Everything the answer depends on, including the caller's grant: callers with
         # different access never share an entry.
         key = (catalog.generation, index.model, vector.tobytes(), args.count, args.count_type, args.omit,

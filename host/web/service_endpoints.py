@@ -24,7 +24,11 @@ async def readyz(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    return PlainTextResponse(host_state(request).metrics.render(), media_type="text/plain; version=0.0.4")
+    state = host_state(request)
+    # Embedding figures only for models anyone may see: an embedder of a private-only model is not named.
+    public_models = [model for model, index in state.catalog.models.items() if index.visible_count(frozenset())]
+    text = state.metrics.render() + "\n".join(state.embedders.stats.render_lines(public_models)) + "\n"
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 
 async def openapi(request: Request) -> Response:

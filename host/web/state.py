@@ -10,6 +10,7 @@ from starlette.requests import Request
 
 from access import AccessControl
 from host.catalog import Catalog
+from host.embedders.service import Embedders
 from host.query import SearchPolicy
 from host.settings import Settings
 from host.web.metrics import Metrics
@@ -19,10 +20,11 @@ LARGEST_SHARE = 8  # one entry may take at most this fraction of a cache: it nev
 
 
 class HostState:
-    def __init__(self, settings: Settings, catalog: Catalog, access: AccessControl) -> None:
+    def __init__(self, settings: Settings, catalog: Catalog, access: AccessControl, embedders: Embedders) -> None:
         self.settings = settings
         self.catalog = catalog
         self.access = access
+        self.embedders = embedders
         self.search = SearchPolicy(settings.search, settings.approximate_from, settings.oversample)
         self.metrics = Metrics()
         # Rendered query answers and library files share the memory the settings allow, half each.
