@@ -12,6 +12,7 @@ import numpy as np
 
 from access import Grant
 from host.catalog import Catalog
+from host.constraints import Node, constraint_mask
 from host.engine import CountType, Search, Selection, rank
 from host.errors import NothingLoaded, QueryError
 from host.index import ModelIndex
@@ -36,11 +37,14 @@ class SearchPolicy:
 
 @dataclass(frozen=True)
 class Query:
-    """A question in the model's vector space, with its budget."""
+    """A question in the model's vector space, with its budget and what narrows it."""
 
     vector: np.ndarray  # float32, the model's dimension
     count: int
     count_type: CountType
+    similarity_threshold: float | None = None  # the list ends at the first bit scoring below it
+    constraint: Node | None = None  # host.constraints: only bits matching it
+    libraries: frozenset[str] | None = None  # only bits of these libraries (names)
 
 
 def choose_model(catalog: Catalog, model: str | None, grant: Grant, *, reveal_all: bool = False) -> ModelIndex:
@@ -77,4 +81,19 @@ def run_query(index: ModelIndex, query: Query, grant: Grant, policy: SearchPolic
         count_restricted=count_restricted,
         # `auto` follows the bits this caller may see, so hidden bits never switch the mode.
         search=policy.for_bits(index.visible_count(grant.access_tags)),
+        constraint=narrowing_mask(index, query),
+        similarity_threshold=query.similarity_threshold,
     )
+
+
+def narrowing_mask(index: ModelIndex, query: Query) -> np.ndarray | None:
+    """The rows `query`'s constraint and library list allow (None: every row). The engine ANDs it
+    with the caller's visibility, so it can only narrow what they see."""
+    mask = None if query.constraint is None else constraint_mask(query.constraint, index)
+    if query.libraries is not None:
+        chosen = np.zeros(index.bit_count, dtype=bool)
+        for position, library in enumerate(index.libraries):
+            if library.name in query.libraries:
+                chosen[index.offsets[position] : index.offsets[position + 1]] = True
+        mask = chosen if mask is None else mask & chosen
+    return mask

@@ -234,3 +234,39 @@ async def test_metrics_show_embedding_latency_and_cache_hits(client: httpx.Async
     assert f'polymath_embed_cache_hits_total{{model="{MINILM}"}}' in metrics
     assert f'polymath_embed_seconds_count{{model="{MINILM}"}}' in metrics
     assert "# TYPE polymath_embed_seconds histogram" in metrics
+
+
+# ---- narrowing a query: similarity_threshold and constraint (SPEC §10) ------------------------------------
+
+
+async def test_a_constraint_keeps_only_matching_bits_and_a_threshold_ends_the_list(client: httpx.AsyncClient) -> None:
+    fields = {"query": JONAH, "count": 20, "count_type": "bit", "omit": "embedding"}
+
+    jonah_only = (await client.post("/", json={**fields, "constraint": "title:jonah"})).json()["bits"]
+    structured = (await client.post("/", json={**fields, "constraint": {"label": "title", "unparsed": "jonah"}})).json()
+    above = (await client.post("/", json={**fields, "similarity_threshold": 0.45})).json()["bits"]
+    everything = (await client.post("/", json=fields)).json()["bits"]
+
+    assert jonah_only and all(bit["info"]["title"].startswith("Jonah ") for bit in jonah_only)
+    assert structured["bits"] == jonah_only
+    assert above == [bit for bit in everything if bit["similarity"] >= 0.45] and 0 < len(above) < len(everything)
+
+
+async def test_a_constraint_never_widens_what_a_caller_may_see(client: httpx.AsyncClient) -> None:
+    response = await client.post("/", json={"query": JONAH, "constraint": 'library:"access/unpublished/drafts"'})
+
+    assert response.status_code == 200 and response.json()["bits"] == []
+
+
+@pytest.mark.parametrize(("fields", "says"), [
+    ({"constraint": "author:paul"}, "constraint: unknown label 'author' at 0"),
+    ({"constraint": "/fish.*/"}, "regular expressions are not supported"),
+    ({"similarity_threshold": "high"}, "similarity_threshold must be a number, got 'high'"),
+    ({"similarity_threshold": "nan"}, "similarity_threshold must be a finite number"),
+])
+async def test_a_bad_constraint_or_threshold_is_a_400_naming_it(
+    client: httpx.AsyncClient, fields: dict[str, Any], says: str
+) -> None:
+    response = await client.post("/", json={"query": JONAH, **fields})
+
+    assert response.status_code == 400 and says in response.json()["error"], response.text

@@ -22,6 +22,12 @@ _QUERY_ARGUMENTS = {
                   "description": "The query as text, embedded by the host with the model's embedder "
                                  "(not together with query_embedding)."},
         "query_embedding_model": {"type": "string", "description": "Defaults to the host's only model."},
+        "similarity_threshold": {"type": "number",
+                                 "description": "The list ends at the first bit whose similarity is below it."},
+        "constraint": {"description": "A query expression the bits must match (title:, url:, description:, "
+                                      "image_url:, library:, text:; AND/OR/NOT; \"phrases\"; prefix*), "
+                                      "or its structured JSON form.",
+                       "oneOf": [{"type": "string"}, {"type": "object"}]},
         "count": {"type": "integer", "minimum": 1, "default": 1000},
         "count_type": {"type": "string", "enum": ["token", "bit"], "default": "token"},
         "omit": {"description": "Keys to omit from bits: '', '*', a key, a comma list, or a list of keys.",

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from host.constraints import ConstraintError, Node, parse_constraint
 from host.engine import CountType
 from host.library_format import FORMAT_VERSION, LibraryFormatError, Omit, parse_omit
 from host.web.errors import bad_request
@@ -32,6 +34,8 @@ class QueryArgs:
     count_type: CountType = "token"
     omit: Omit = DEFAULT_OMIT_KEYS
     access_token: str | None = None
+    similarity_threshold: float | None = None  # SPEC §10: the list ends at the first bit below it
+    constraint: Node | None = None  # SPEC §10: a query expression the bits must match
 
 
 def parse_query_args(fields: Mapping[str, Any], *, max_count: int, max_embedding_bytes: int) -> QueryArgs:
@@ -56,16 +60,37 @@ def parse_query_args(fields: Mapping[str, Any], *, max_count: int, max_embedding
         raise bad_request("send either query (text) or query_embedding (a vector), not both")
     if query is not None and len(query) > MAX_QUERY_CHARACTERS:
         raise bad_request(f"query is {len(query):,} characters long; at most {MAX_QUERY_CHARACTERS:,} are read")
+    try:
+        constraint = parse_constraint(fields["constraint"]) if fields.get("constraint") not in (None, "") else None
+    except ConstraintError as problem:
+        raise bad_request(f"constraint: {problem}") from None
     return QueryArgs(
         version=version,
         query_embedding=embedding,
         query=query,
+        similarity_threshold=similarity_threshold(fields.get("similarity_threshold")),
+        constraint=constraint,
         model=_text(fields, "query_embedding_model") or None,
         count=count,
         count_type=count_type,
         omit=omit,
         access_token=_text(fields, "access_token") or None,
     )
+
+
+def similarity_threshold(value: Any) -> float | None:
+    """A finite number (dot-product similarities of unit vectors lie in [-1, 1]); "" or None: none."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise bad_request(f"similarity_threshold must be a number, got {value!r:.40}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise bad_request(f"similarity_threshold must be a number, got {value!r:.40}") from None
+    if not math.isfinite(number):
+        raise bad_request(f"similarity_threshold must be a finite number, got {value!r:.40}")
+    return number
 
 
 def _text(fields: Mapping[str, Any], name: str) -> str | None:

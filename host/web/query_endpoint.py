@@ -74,7 +74,8 @@ async def answer(
         # Everything the answer depends on, including the caller's grant: callers with
         # different access never share an entry.
         key = (catalog.generation, index.model, vector.tobytes(), args.count, args.count_type, args.omit,
-               caller.access_tags, binary, restricted_count, restricted_message)
+               args.similarity_threshold, args.constraint, caller.access_tags, binary, restricted_count,
+               restricted_message)
         cached = state.answers.get(key)
         if cached is not None:
             state.metrics.count("polymath_query_cache_hits_total")
@@ -84,7 +85,8 @@ async def answer(
     limit = state.settings.max_answer_bytes
 
     def compute() -> bytes:
-        selection = run_query(index, Query(vector, args.count, args.count_type), caller.grant, state.search,
+        query = Query(vector, args.count, args.count_type, args.similarity_threshold, args.constraint)
+        selection = run_query(index, query, caller.grant, state.search,
                               count_restricted=restricted_count or bool(restricted_message))
         check_answer_size(estimated_answer_bytes(index, selection, args.omit, binary_embeddings=binary), limit)
         result = build_result(index, selection, args.omit, binary_embeddings=binary,
