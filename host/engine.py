@@ -1,34 +1,62 @@
-"""Ranking (SPEC §3): one matrix-vector product, hidden rows masked, the budget rule applied.
+"""Ranking (SPEC §3): a fast float32 pass finds candidates, exact re-scoring orders them, hidden
+rows are masked, the budget rule is applied (host/budget.py).
+
+Three ways to find candidates, one result: the exact scan (one matrix-vector product over every
+row), the cluster scan (the nearest clusters of clustered libraries, host/cluster_scan.py) and
+the sign-code scan (approximate search over libraries stored without clusters). Whatever the
+way, the similarities a caller sees are `exact_scores` and equal scores rank in file order.
 
 A constraint (SPEC §10, host/constraints) arrives as a bool mask over the rows and is ANDed with
 the caller's visibility mask, so it can only narrow what the caller sees. A similarity
 threshold ends the ranked list at the first bit below it, before the budget is applied.
 
-Everything here takes arrays and returns arrays: no HTTP, no files, no JSON.
+Everything here takes arrays and returns arrays: no HTTP, no files, no JSON. Working buffers
+come from host/scratch.py (per thread), so a query allocates no large array of its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Literal, NamedTuple
 
 import numpy as np
 
+from host.budget import (
+    FIRST_GUESS_FOR_TOKENS,
+    GROWTH,
+    NEGATIVE_INFINITY,
+    CountType,
+    Filled,
+    apply_budget,
+    exact_scores,
+    exact_scores_of,
+    rounding_margin,
+    select,
+)
+from host.cluster_scan import ClusterScan
 from host.index import ModelIndex
+from host.scratch import SCRATCH
 from host.sign_codes import hamming_distances
 
-CountType = Literal["token", "bit"]
-FIRST_GUESS_FOR_TOKENS = 64  # candidates taken before the token budget is known to be filled
-GROWTH = 4
+__all__ = [
+    "EXACT",
+    "CountType",
+    "Search",
+    "Selection",
+    "apply_budget",
+    "exact_scores",
+    "random_query",
+    "rank",
+    "select",
+    "similarities",
+]
+
 HIDDEN_DISTANCE = np.uint16(np.iinfo(np.uint16).max)  # never among the nearest codes
 # A constraint matching at most this share of the rows is ranked by scoring those rows only
 # (gathered), not the whole matrix. A gathered row costs ~9x a scanned one (100k bits: 8% of the
 # rows gathered took as long as the full scan; scripts/bench_constraints.py), so only below 5%.
 SUBSET_SHARE = 0.05
-FLOAT32_ROUNDING = 2.0**-23  # twice float32's unit roundoff
-RESCORE_BLOCK = 1024  # rows converted to float64 at a time
+PROBES = 8  # clusters a cluster scan reads at least
 
 
 @dataclass(frozen=True)
@@ -41,137 +69,59 @@ class Selection:
     restricted: int  # bits held back from this caller (computed only when asked)
 
 
-def similarities(index: ModelIndex, query: np.ndarray) -> np.ndarray:
-    """Dot product of `query` with every row: the only full pass over the matrix.
+def similarities(index: ModelIndex, query: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Dot product of `query` with every row (into `out` when given): the only full pass over the matrix.
 
     These float32 scores only find candidates: BLAS blocks a product differently for different
     shapes, so a row's score here can depend on the rows around it. Returned similarities and
     their order come from `exact_scores`.
     """
-    if len(index.libraries) == 1:
-        scores: np.ndarray = index.libraries[0].embeddings @ query
-        return scores
-    return np.concatenate([library.embeddings @ query for library in index.libraries])
-
-
-def exact_scores(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """The similarity a client sees: the dot product accumulated in float64, rounded to float32.
-
-    The same value for a bit wherever it sits and whatever else the library holds (private bits
-    included), in every search mode: the float32 pass is only a filter in front of it.
-    """
-    query64 = query.astype(np.float64)
-    scores = np.empty(len(vectors), dtype=np.float32)
-    for start in range(0, len(vectors), RESCORE_BLOCK):
-        scores[start : start + RESCORE_BLOCK] = vectors[start : start + RESCORE_BLOCK].astype(np.float64) @ query64
+    scores = np.empty(index.bit_count, dtype=np.float32) if out is None else out
+    for library, start in zip(index.libraries, index.offsets[:-1].tolist()):
+        np.dot(library.embeddings, query, out=scores[start : start + library.bit_count])
     return scores
-
-
-def rounding_margin(dimension: int, max_norm: float, query: np.ndarray) -> float:
-    """How far a float32 score may be from its exact value, twice over (the gap a candidate may
-    fall short of the k-th fast score and still be in the exact top k): |s - exact| <= d·u·|e|·|q|."""
-    return 2 * (dimension + 4) * FLOAT32_ROUNDING * max_norm * float(np.linalg.norm(query.astype(np.float64)))
-
-
-Rescore = Callable[[np.ndarray], np.ndarray]  # rows -> their exact scores
-
-
-def _exact_scores_of(vectors: np.ndarray, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    return exact_scores(vectors[rows], query)
-
-
-def apply_budget(token_counts: np.ndarray, count: int, count_type: CountType) -> tuple[int, int | None]:
-    """How many of the ranked bits fit, and the budget the first one is cut to if it alone overflows.
-
-    `token`: bits are added while the running sum stays <= count; the first bit that would
-    overflow ends the list (no skipping ahead).
-    """
-    if count_type == "bit":
-        return min(count, len(token_counts)), None
-    fitting = int(np.searchsorted(np.cumsum(token_counts), count, side="right"))
-    if fitting == 0 and len(token_counts):
-        return 1, count
-    return fitting, None
-
-
-def best_rows(scores: np.ndarray, k: int, rescore: Rescore, margin: float) -> tuple[np.ndarray, np.ndarray]:
-    """The k best rows by exact score, ties by row, and their exact scores.
-
-    `scores` are fast float32 scores (-inf for hidden rows). Every row of the exact top k has a
-    fast score within `margin` of the k-th fast score, so only those are re-scored exactly.
-    """
-    if k >= len(scores):
-        candidates = np.flatnonzero(scores > -np.inf)
-    else:
-        threshold = np.partition(scores, len(scores) - k)[len(scores) - k]
-        candidates = np.flatnonzero(scores >= threshold - margin)
-    exact = rescore(candidates)
-    order = np.lexsort((candidates, -exact))[:k]
-    return candidates[order], exact[order]
-
-
-def select(
-    scores: np.ndarray, token_counts: np.ndarray, visible: int, count: int, count_type: CountType,
-    rescore: Rescore, margin: float, threshold: float | None = None,
-) -> tuple[np.ndarray, np.ndarray, int | None, bool]:
-    """Rows (best first) that fill the budget, their exact scores, the first bit's cut, and whether
-    the list is complete.
-
-    Hidden rows carry a score of -inf. The list ends at the first bit whose exact score is below
-    `threshold` (before the budget sees it). `full` is False only when every visible row fit.
-    """
-    k = min(visible, count if count_type == "bit" else FIRST_GUESS_FOR_TOKENS)
-    while True:
-        rows, exact = best_rows(scores, k, rescore, margin) if k else (np.zeros(0, np.int64), np.zeros(0, np.float32))
-        below_threshold = threshold is not None and bool(len(exact)) and bool(exact[-1] < threshold)
-        if below_threshold:
-            above = int(np.searchsorted(-exact, -np.float32(threshold), side="right"))
-            rows, exact = rows[:above], exact[:above]
-        taken, cut_to = apply_budget(token_counts[rows], count, count_type)
-        full = below_threshold or taken < len(rows) or (count_type == "bit" and taken >= count)
-        if full or k >= visible:
-            return rows[:taken], exact[:taken], cut_to, full
-        k = min(visible, k * GROWTH)
 
 
 @dataclass(frozen=True)
 class Search:
-    """How to find the best rows: `exact` scans every float; `approximate` scans sign codes first."""
+    """How to find the best rows: `exact` scans every float; `approximate` reads the nearest clusters
+    of clustered libraries (at least `probes` clusters), or the nearest sign codes of the others,
+    until at least `oversample` visible rows are considered."""
 
     approximate: bool = False
-    oversample: int = 1000  # nearest codes re-scored exactly; grown when the budget needs more
+    oversample: int = 1000  # rows considered at least; grown when the budget needs more
+    probes: int = PROBES
 
 
 EXACT = Search()
 
 
-class _Filled(NamedTuple):
-    rows: np.ndarray
-    scores: np.ndarray
-    cut_to: int | None
-
-
 class _ExactScan:
-    """Every row scored exactly: the matrix-vector product, then the budget over all rows."""
+    """Every row scored: the matrix-vector product, then the budget over all rows."""
 
     def __init__(self, index: ModelIndex, query: np.ndarray) -> None:
         self.index = index
         self.query = query
-        self.scores = similarities(index, query)
+        self.scores = similarities(index, query, SCRATCH.take("scores", index.bit_count, np.float32))
         self.margin = rounding_margin(index.dimension, index.max_norm, query)
 
-    def fill(self, mask: np.ndarray | None, count: int, count_type: CountType, threshold: float | None) -> _Filled:
-        scores = self.scores if mask is None else np.where(mask, self.scores, np.float32(-np.inf))
+    def fill(self, mask: np.ndarray | None, count: int, count_type: CountType, threshold: float | None,
+             counts: np.ndarray | None = None) -> Filled:
+        scores = self.scores
+        if mask is not None:
+            scores = SCRATCH.take("masked", len(self.scores), np.float32)
+            scores.fill(NEGATIVE_INFINITY)
+            np.copyto(scores, self.scores, where=mask)
         visible = self.index.bit_count if mask is None else int(np.count_nonzero(mask))
         rows, exact, cut_to, _ = select(scores, self.index.token_counts, visible, count, count_type,
                                         lambda rows: exact_scores(self.index.gather(rows), self.query), self.margin,
-                                        threshold)
-        return _Filled(rows, exact, cut_to)
+                                        threshold, self.index.tie_keys)
+        return Filled(rows, exact, cut_to)
 
 
 class _SubsetScan:
     """Only some rows scored (those a selective constraint allows): gathered, then the budget over
-    them. Candidates stay in row order, so ties break as in the full scan."""
+    them. Ties break by file order, as in the full scan."""
 
     def __init__(self, index: ModelIndex, query: np.ndarray, rows: np.ndarray) -> None:
         self.index = index
@@ -181,13 +131,15 @@ class _SubsetScan:
         self.scores = self.vectors @ query if len(rows) else np.zeros(0, dtype=np.float32)
         self.margin = rounding_margin(index.dimension, index.max_norm, query)
 
-    def fill(self, mask: np.ndarray | None, count: int, count_type: CountType, threshold: float | None) -> _Filled:
+    def fill(self, mask: np.ndarray | None, count: int, count_type: CountType, threshold: float | None,
+             counts: np.ndarray | None = None) -> Filled:
         keep = np.ones(len(self.rows), dtype=bool) if mask is None else mask[self.rows]
-        scores = np.where(keep, self.scores, np.float32(-np.inf))
+        scores = np.where(keep, self.scores, NEGATIVE_INFINITY)
+        keys = None if self.index.tie_keys is None else self.index.tie_keys[self.rows]
         positions, exact, cut_to, _ = select(
             scores, self.index.token_counts[self.rows], int(np.count_nonzero(keep)), count, count_type,
-            partial(_exact_scores_of, self.vectors, self.query), self.margin, threshold)
-        return _Filled(self.rows[positions], exact, cut_to)
+            partial(exact_scores_of, self.vectors, self.query), self.margin, threshold, keys)
+        return Filled(self.rows[positions], exact, cut_to)
 
 
 class _SignCodeScan:
@@ -200,26 +152,49 @@ class _SignCodeScan:
         self.margin = rounding_margin(index.dimension, index.max_norm, query)
         self.distances = np.concatenate([hamming_distances(lib.sign_codes, query) for lib in index.libraries])
 
-    def fill(self, mask: np.ndarray | None, count: int, count_type: CountType, threshold: float | None) -> _Filled:
+    def fill(self, mask: np.ndarray | None, count: int, count_type: CountType, threshold: float | None,
+             counts: np.ndarray | None = None) -> Filled:
         distances = self.distances if mask is None else np.where(mask, self.distances, HIDDEN_DISTANCE)
         visible = self.index.bit_count if mask is None else int(np.count_nonzero(mask))
         wanted = count if count_type == "bit" else FIRST_GUESS_FOR_TOKENS
         pool = min(visible, max(self.oversample, GROWTH * wanted))
-        # Equal distances go to the lower row, and candidates stay in row order, so which bits
-        # fill the pool never depends on where hidden rows sit (they must influence nothing).
-        keys = distances.astype(np.int64) * len(distances) + np.arange(len(distances))
+        # Equal distances go to the earlier row in file order, and candidates stay in row order, so
+        # which bits fill the pool never depends on where hidden rows sit (they must influence nothing).
+        order = np.arange(len(distances)) if self.index.tie_keys is None else self.index.tie_keys
+        keys = distances.astype(np.int64) * len(distances) + order
         while True:
             if pool >= visible // 2:  # nothing left to save: scan exactly
                 return _ExactScan(self.index, self.query).fill(mask, count, count_type, threshold)
             candidates = np.sort(np.argpartition(keys, pool)[:pool])
             vectors = self.index.gather(candidates)
+            tie_keys = None if self.index.tie_keys is None else self.index.tie_keys[candidates]
             positions, exact, cut_to, full = select(
                 vectors @ self.query, self.index.token_counts[candidates], pool, count, count_type,
-                partial(_exact_scores_of, vectors, self.query), self.margin, threshold)
+                partial(exact_scores_of, vectors, self.query), self.margin, threshold, tie_keys)
             # Complete when the budget is full or the list reached the threshold within the pool.
             if full:
-                return _Filled(candidates[positions], exact, cut_to)
+                return Filled(candidates[positions], exact, cut_to)
             pool = min(visible, pool * GROWTH)
+
+
+class _Approximate:
+    """The cluster scan, with an exact scan behind it for a pool that would hold most rows."""
+
+    def __init__(self, index: ModelIndex, query: np.ndarray, search: Search) -> None:
+        self.index, self.query = index, query
+        self.clusters = ClusterScan(index, query, search.probes, search.oversample)
+        self.exact: _ExactScan | None = None
+
+    def fill(self, mask: np.ndarray | None, count: int, count_type: CountType, threshold: float | None,
+             counts: np.ndarray | None = None) -> Filled:
+        filled = self.clusters.fill(mask, count, count_type, threshold, counts)
+        if filled is not None:
+            return filled
+        self.exact = self.exact or _ExactScan(self.index, self.query)
+        return self.exact.fill(mask, count, count_type, threshold)
+
+
+Scan = _ExactScan | _SubsetScan | _SignCodeScan | _Approximate
 
 
 def rank(
@@ -244,19 +219,33 @@ def rank(
     to tell how many bits were held back. The search mode changes how candidates are found,
     never the budget rules.
     """
+    with SCRATCH.lent():  # the working buffers of this query: none of them outlives it
+        return _rank(index, query, granted, count, count_type, count_restricted, search, constraint,
+                     similarity_threshold)
+
+
+def _rank(index: ModelIndex, query: np.ndarray, granted: frozenset[str], count: int, count_type: CountType,
+          count_restricted: bool, search: Search, constraint: np.ndarray | None,
+          similarity_threshold: float | None) -> Selection:
     visible = index.visible_rows(granted)
-    scan: _ExactScan | _SubsetScan | _SignCodeScan
+    scan: Scan
     if constraint is not None and np.count_nonzero(constraint) <= SUBSET_SHARE * index.bit_count:
         scan = _SubsetScan(index, query, np.flatnonzero(constraint))  # exact, and cheaper than either scan
+    elif search.approximate and index.clusters is not None:
+        scan = _Approximate(index, query, search)
     elif search.approximate:
         scan = _SignCodeScan(index, query, search.oversample)
     else:
         scan = _ExactScan(index, query)
-    rows, scores, cut_to = scan.fill(narrowed(visible, constraint), count, count_type, similarity_threshold)
+    known = isinstance(scan, _Approximate) and constraint is None  # per-cluster counts of a grant are cached
+    rows, scores, cut_to = scan.fill(narrowed(visible, constraint), count, count_type, similarity_threshold,
+                                     index.cluster_visible_counts(granted) if known else None)
     restricted = 0
     if count_restricted and visible is not None:
-        everything = narrowed(index.visible_rows(frozenset(index.tags)), constraint)
-        every = scan.fill(everything, count, count_type, similarity_threshold)
+        every_tag = frozenset(index.tags)
+        everything = narrowed(index.visible_rows(every_tag), constraint)
+        every = scan.fill(everything, count, count_type, similarity_threshold,
+                          index.cluster_visible_counts(every_tag) if known else None)
         restricted = int(np.count_nonzero(~visible[every.rows]))
     return Selection(rows=rows, scores=scores, first_bit_cut_to=cut_to, restricted=restricted)
 

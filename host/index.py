@@ -1,7 +1,10 @@
 """Every library of one embedding model, addressed by one global row number.
 
-A query is answered from one ModelIndex: its rows are the libraries' rows end to end, in path
-order. Which rows a caller may see is worked out here once per grant and cached.
+A query is answered from one ModelIndex: its rows are the libraries' stored rows end to end, in
+path order. Which rows a caller may see is worked out here once per grant and cached. Clustered
+libraries (host/clusters.py) store their rows in cluster order: `tie_keys` gives each row's place
+in file order, so that equal scores rank as they would in the files, and `clusters` lists every
+cluster of every library under the one row numbering.
 """
 
 from __future__ import annotations
@@ -13,6 +16,59 @@ import numpy as np
 
 from host.store import CompiledLibrary
 from host.visibility import allowed_tag_ids
+
+
+@dataclass(frozen=True)
+class ClusterTable:
+    """Every cluster of a model's clustered libraries, under the model's row numbering.
+
+    Cluster i holds rows [starts[i], stops[i]) of library `library[i]`, i.e. its local rows
+    [starts[i] - offsets[library[i]], ...). Rows of libraries stored without clusters are
+    `loose`: an approximate search always scans them (they are small).
+    """
+
+    centroids: np.ndarray  # (clusters, dimension) float32
+    starts: np.ndarray  # (clusters,) int64 global rows
+    stops: np.ndarray
+    library: np.ndarray  # (clusters,) int64: position of the owning library in ModelIndex.libraries
+    loose: tuple[tuple[int, int], ...]  # global row ranges of libraries without clusters
+    counting: np.ndarray  # 0, 1, 2, ... as long as the longest cluster or loose range (row numbers of a slice)
+
+    @property
+    def count(self) -> int:
+        return len(self.starts)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        sizes: np.ndarray = self.stops - self.starts
+        return sizes
+
+    @classmethod
+    def build(cls, libraries: tuple[CompiledLibrary, ...], offsets: np.ndarray) -> ClusterTable | None:
+        clustered = [position for position, library in enumerate(libraries) if library.cluster_offsets is not None]
+        if not clustered:
+            return None
+        starts, stops, owners, centroids = [], [], [], []
+        for position in clustered:
+            library = libraries[position]
+            assert library.cluster_offsets is not None and library.centroids is not None
+            bounds = library.cluster_offsets + offsets[position]
+            starts.append(bounds[:-1])
+            stops.append(bounds[1:])
+            owners.append(np.full(len(bounds) - 1, position, dtype=np.int64))
+            centroids.append(library.centroids)
+        loose = tuple((int(offsets[position]), int(offsets[position + 1])) for position in range(len(libraries))
+                      if position not in clustered)
+        all_starts, all_stops = np.concatenate(starts).astype(np.int64), np.concatenate(stops).astype(np.int64)
+        longest = max([int((all_stops - all_starts).max(initial=0)), *(stop - start for start, stop in loose)])
+        return cls(
+            centroids=centroids[0] if len(centroids) == 1 else np.concatenate(centroids),
+            starts=all_starts,
+            stops=all_stops,
+            library=np.concatenate(owners),
+            loose=loose,
+            counting=np.arange(longest, dtype=np.int64),
+        )
 
 
 @dataclass
@@ -28,7 +84,10 @@ class ModelIndex:
     tags: tuple[str, ...]
     ids: np.ndarray  # canonical ids (S32) of every row
     has_duplicates: bool  # the same bit in two libraries
+    tie_keys: np.ndarray | None = None  # each row's position in file order (None: rows are in file order)
+    clusters: ClusterTable | None = None  # None: no library is clustered
     _masks: dict[frozenset[str], np.ndarray | None] = field(default_factory=dict, repr=False)
+    _cluster_counts: dict[frozenset[str], np.ndarray] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -41,6 +100,11 @@ class ModelIndex:
         offsets = np.zeros(len(libraries) + 1, dtype=np.int64)
         np.cumsum([library.bit_count for library in libraries], out=offsets[1:])
         ids = np.concatenate([library.ids for library in libraries])
+        tie_keys = None
+        if any(library.source_rows is not None for library in libraries):
+            tie_keys = np.concatenate([
+                (np.arange(library.bit_count) if library.source_rows is None else library.source_rows) + start
+                for library, start in zip(libraries, offsets[:-1].tolist())]).astype(np.int64)
         return cls(
             model=libraries[0].embedding_model,
             dimension=libraries[0].dimension,
@@ -51,6 +115,8 @@ class ModelIndex:
             tags=tuple(tags),
             ids=ids,
             has_duplicates=_has_duplicates(ids),
+            tie_keys=tie_keys,
+            clusters=ClusterTable.build(libraries, offsets),
         )
 
     @property
@@ -77,6 +143,25 @@ class ModelIndex:
                 gathered[order[start:stop]] = library.embeddings[sorted_rows[start:stop] - self.offsets[position]]
         return gathered
 
+    def gather_into(self, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """`gather(rows)` written into `out` ((len(rows), dimension) float32): no new buffer."""
+        if len(self.libraries) == 1:
+            return np.take(self.libraries[0].embeddings, rows, axis=0, out=out)
+        out[:] = self.gather(rows)
+        return out
+
+    def cluster_visible_counts(self, granted: frozenset[str]) -> np.ndarray:
+        """How many rows of each cluster a caller holding `granted` may see (cached per grant)."""
+        assert self.clusters is not None
+        key = frozenset(tag for tag in granted if tag in self.tags)
+        with self._lock:
+            counts = self._cluster_counts.get(key)
+        if counts is None:
+            counts = visible_counts(self.clusters, self.visible_rows(key))
+            with self._lock:
+                self._cluster_counts[key] = counts
+        return counts
+
     def visible_count(self, granted: frozenset[str]) -> int:
         mask = self.visible_rows(granted)
         return self.bit_count if mask is None else int(np.count_nonzero(mask))
@@ -102,6 +187,16 @@ class ModelIndex:
             mask = np.zeros(len(mask), dtype=bool)
             mask[rows[first]] = True
         return mask
+
+
+def visible_counts(clusters: ClusterTable, mask: np.ndarray | None) -> np.ndarray:
+    """Rows of each cluster that `mask` allows (None allows every row)."""
+    if mask is None:
+        return clusters.sizes
+    running = np.zeros(len(mask) + 1, dtype=np.int64)
+    np.cumsum(mask, out=running[1:])
+    counts: np.ndarray = running[clusters.stops] - running[clusters.starts]
+    return counts
 
 
 def _has_duplicates(ids: np.ndarray) -> bool:

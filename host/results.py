@@ -153,7 +153,7 @@ def visible_digest(library: CompiledLibrary, granted: frozenset[str]) -> str:
     if not any(tag in library.tags for tag in granted):
         return hashlib.sha256(f"{RENDERING}:{library.public_digest}".encode()).hexdigest()
     digest = hashlib.sha256(f"{RENDERING}:{library.embedding_model}:{library.details.get('message')!r}".encode())
-    for row in np.flatnonzero(library.visible_rows(granted)).tolist():
+    for row in visible_in_file_order(library, granted).tolist():
         start, end = library.record_offsets[row], library.record_offsets[row + 1]
         digest.update(library.ids[row].tobytes() + library.token_counts[row].tobytes())
         digest.update(library.embeddings[row].tobytes() + library.records[start:end].tobytes())
@@ -162,5 +162,13 @@ def visible_digest(library: CompiledLibrary, granted: frozenset[str]) -> str:
 
 def publish_library(library: CompiledLibrary, granted: frozenset[str]) -> dict[str, Any]:
     """A compiled library published back as a version-1 file, holding only what `granted` may see."""
-    bits = [result_bit(library, row) for row in np.flatnonzero(library.visible_rows(granted)).tolist()]
+    bits = [result_bit(library, row) for row in visible_in_file_order(library, granted).tolist()]
     return {**library_header(library, len(bits)), "bits": bits}
+
+
+def visible_in_file_order(library: CompiledLibrary, granted: frozenset[str]) -> np.ndarray:
+    """The stored rows `granted` may see, in the order of the library file (a clustered library is
+    stored in another order; its published file and digest are not)."""
+    rows = library.rows_in_file_order()
+    visible: np.ndarray = rows[library.visible_rows(granted)[rows]]
+    return visible

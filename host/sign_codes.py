@@ -29,11 +29,13 @@ def pack_signs(vectors: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(packed).view("<u8")
 
 
-def sign_codes(embeddings: np.ndarray) -> np.ndarray:
-    """Word-major codes `(words, bits)` for a whole library, built block by block."""
+def sign_codes(embeddings: np.ndarray, order: np.ndarray | None = None) -> np.ndarray:
+    """Word-major codes `(words, bits)` for a whole library, built block by block; with `order`,
+    the codes of `embeddings[order]` (a stored layout), without copying the matrix."""
     codes = np.empty((words_for(embeddings.shape[1]), len(embeddings)), dtype="<u8")
     for start in range(0, len(embeddings), BLOCK):
-        codes[:, start : start + BLOCK] = pack_signs(embeddings[start : start + BLOCK]).T
+        rows = embeddings[start : start + BLOCK] if order is None else embeddings[order[start : start + BLOCK]]
+        codes[:, start : start + BLOCK] = pack_signs(rows).T
     return codes
 
 

@@ -16,6 +16,16 @@ A library file is parsed once and written to its own folder in the cache:
                         embedding norm (which bounds the rounding error of a float32 dot product)
                         and a digest of the public bits (a reload shows only if they changed)
 
+A library of at least `CLUSTER_FROM` bits (host/clusters.py) is stored clustered: every file
+above holds its rows sorted by cluster (rows of a cluster in file order), and three more say how:
+
+    source_rows.npy     (bits,) int64, the row in the library file of each stored row
+    centroids.npy       (clusters, dimension) float32, unit length
+    cluster_offsets.npy (clusters + 1,) int64, cluster c is stored at rows [offsets[c], offsets[c + 1])
+
+Rows are only ever addressed by stored row; `source_rows` breaks ties (file order, as without a
+layout) and gives the file order back when a library is published.
+
 The folder is built under a temporary name and renamed into place, so a reader never sees a
 half-written one; a folder whose files disagree with meta.json is rebuilt, not trusted.
 """
@@ -39,12 +49,14 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from host.clusters import CLUSTER_FROM, plan_layout
 from host.constraints.text_index import TextIndex, build_text_index, open_text_index, save_text_index
 from host.library_format import LibraryFormatError, ParsedLibrary, parse_json, parse_library
 from host.sign_codes import sign_codes, words_for
 from host.visibility import PUBLIC, allowed_tag_ids
 
-STORE_FORMAT = 5  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json
+STORE_FORMAT = 6  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json; 6: the clustered layout
+ROW_BLOCK = 1 << 14  # rows copied at a time when writing a permuted matrix (no second full copy)
 DEFAULT_MAX_SOURCE_BYTES = 8 << 30
 log = logging.getLogger("polymath_host.store")
 
@@ -81,6 +93,9 @@ class CompiledLibrary:
     max_norm: float = 1.0  # the largest embedding's L2 norm
     public_digest: str = ""  # changes exactly when what an anonymous caller may see of it changes
     text_index: TextIndex | None = None  # None only for libraries made in memory, without records
+    source_rows: np.ndarray | None = None  # stored row -> its row in the file; None: stored in file order
+    centroids: np.ndarray | None = None  # (clusters, dimension) float32 of a clustered library
+    cluster_offsets: np.ndarray | None = None  # (clusters + 1,) int64: where each cluster's rows start
 
     @property
     def bit_count(self) -> int:
@@ -102,6 +117,12 @@ class CompiledLibrary:
     def visible_rows(self, granted: frozenset[str]) -> np.ndarray:
         return np.isin(self.tag_ids, allowed_tag_ids(self.tags, granted))
 
+    def rows_in_file_order(self) -> np.ndarray:
+        """Every stored row, in the order of the library file."""
+        if self.source_rows is None:
+            return np.arange(self.bit_count)
+        return np.argsort(self.source_rows)
+
     def visible_bit_count(self, granted: frozenset[str]) -> int:
         """Without a pass over the rows: its cost never tells a private library from an unknown one."""
         return int(sum(self._tag_counts[tag_id] for tag_id in allowed_tag_ids(self.tags, granted)))
@@ -109,7 +130,6 @@ class CompiledLibrary:
     @cached_property
     def _tag_counts(self) -> list[int]:
         return [int(count) for count in np.bincount(self.tag_ids, minlength=len(self.tags))]
-
 
 
 
@@ -142,28 +162,43 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_compiled(library: ParsedLibrary, folder: Path, source_key: SourceKey, name: str) -> None:
-    """Write `library` to `folder` atomically: build beside it, then rename into place."""
+def write_compiled(library: ParsedLibrary, folder: Path, source_key: SourceKey, name: str, *,
+                   cluster_from: int = CLUSTER_FROM) -> None:
+    """Write `library` to `folder` atomically: build beside it, then rename into place.
+
+    From `cluster_from` bits the rows are stored in a clustered layout (host/clusters.py).
+    """
     folder.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
         tags = (PUBLIC, *sorted({tag for tag in library.access_tags if tag}))
         tag_index = {tag: index for index, tag in enumerate(tags)}
+        tag_ids = np.array([tag_index[tag or PUBLIC] for tag in library.access_tags], np.uint16)
         packed = [msgpack.packb(record) for record in library.records]
+        layout = plan_layout(library.embeddings, tag_ids == 0) if len(packed) >= max(cluster_from, 1) else None
+        order = None if layout is None else layout.order
+        stored_packed = packed if order is None else [packed[row] for row in order.tolist()]
         offsets = np.zeros(len(packed) + 1, dtype=np.int64)
-        np.cumsum([len(item) for item in packed], out=offsets[1:])
+        np.cumsum([len(item) for item in stored_packed], out=offsets[1:])
+
+        def arranged(array: np.ndarray) -> np.ndarray:
+            return array if order is None else array[order]
+
         arrays = {
-            "embeddings": library.embeddings,
-            "token_counts": library.token_counts.astype(np.int32),
-            "tag_ids": np.array([tag_index[tag or PUBLIC] for tag in library.access_tags], np.uint16),
-            "ids": np.array([bytes.fromhex(bit_id) for bit_id in library.ids], dtype="S32"),
+            "token_counts": arranged(library.token_counts.astype(np.int32)),
+            "tag_ids": arranged(tag_ids),
+            "ids": arranged(np.array([bytes.fromhex(bit_id) for bit_id in library.ids], dtype="S32")),
             "record_offsets": offsets,
-            "sign_codes": sign_codes(library.embeddings),
+            "sign_codes": sign_codes(library.embeddings, order),
         }
+        if layout is not None:
+            arrays.update(source_rows=layout.order, centroids=layout.centroids, cluster_offsets=layout.offsets)
+        _write_synced(building / "embeddings.npy", lambda handle: _save_rows(handle, library.embeddings, order))
         for array_name, array in arrays.items():
             _write_synced(building / f"{array_name}.npy", lambda handle, a=array: np.save(handle, a))
-        _write_synced(building / "records.bin", lambda handle: handle.writelines(packed))
-        save_text_index(build_text_index(library.records), building)
+        _write_synced(building / "records.bin", lambda handle: handle.writelines(stored_packed))
+        save_text_index(build_text_index(library.records if order is None else
+                                         [library.records[row] for row in order.tolist()]), building)
         meta = {
             "store_format": STORE_FORMAT,
             "name": name,
@@ -176,11 +211,23 @@ def write_compiled(library: ParsedLibrary, folder: Path, source_key: SourceKey, 
             "records_bytes": int(offsets[-1]),
             "max_norm": largest_norm(library.embeddings),
             "public_digest": public_digest(library, packed),
+            "clusters": 0 if layout is None else layout.clusters,
         }
         _write_synced(building / "meta.json", lambda handle: handle.write(json.dumps(meta).encode()))
         _replace_folder(building, folder)
     finally:
         shutil.rmtree(building, ignore_errors=True)
+
+
+def _save_rows(handle: Any, embeddings: np.ndarray, order: np.ndarray | None) -> None:
+    """`np.save` of `embeddings[order]`, written block by block: never a second full copy."""
+    if order is None:
+        np.save(handle, np.asarray(embeddings, dtype="<f4"))
+        return
+    header = {"descr": "<f4", "fortran_order": False, "shape": tuple(embeddings.shape)}
+    np.lib.format.write_array_header_1_0(handle, header)
+    for start in range(0, len(order), ROW_BLOCK):
+        handle.write(np.ascontiguousarray(embeddings[order[start : start + ROW_BLOCK]], dtype="<f4").tobytes())
 
 
 def public_digest(library: ParsedLibrary, packed_records: list[bytes]) -> str:
@@ -254,6 +301,13 @@ def open_compiled(folder: Path, source: Path) -> CompiledLibrary:
         tag_ids = array("tag_ids", "<u2", (bits,), mmap=False)
         if bits and int(tag_ids.max()) >= len(meta["tags"]):
             raise StoreError(f"{folder}/tag_ids.npy: tag id out of range")
+        clusters = int(meta["clusters"])
+        source_rows = centroids = cluster_offsets = None
+        if clusters:
+            source_rows = array("source_rows", "<i8", (bits,), mmap=False)
+            centroids = array("centroids", "<f4", (clusters, dimension), mmap=False)
+            cluster_offsets = array("cluster_offsets", "<i8", (clusters + 1,), mmap=False)
+            _check_layout(folder, source_rows, cluster_offsets, bits)
         return CompiledLibrary(
             name=meta["name"],
             source=source,
@@ -271,11 +325,23 @@ def open_compiled(folder: Path, source: Path) -> CompiledLibrary:
             max_norm=float(meta["max_norm"]),
             public_digest=meta["public_digest"],
             text_index=open_text_index(folder, bits),
+            source_rows=source_rows,
+            centroids=centroids,
+            cluster_offsets=cluster_offsets,
         )
     except StoreError:
         raise
     except (OSError, ValueError, KeyError, TypeError) as problem:
         raise StoreError(f"{folder}: unreadable compiled library ({problem})") from None
+
+
+def _check_layout(folder: Path, source_rows: np.ndarray, cluster_offsets: np.ndarray, bits: int) -> None:
+    """A layout is trusted only if every row is stored once and the clusters tile the rows."""
+    if cluster_offsets[0] != 0 or cluster_offsets[-1] != bits or np.any(np.diff(cluster_offsets) < 0):
+        raise StoreError(f"{folder}/cluster_offsets.npy: clusters do not tile the rows")
+    if bits and (source_rows.min() < 0 or source_rows.max() >= bits
+                 or np.bincount(source_rows, minlength=bits).max() != 1):
+        raise StoreError(f"{folder}/source_rows.npy: not a permutation of the rows")
 
 
 @contextmanager

@@ -1,4 +1,5 @@
-"""Approximate search (sign-bit codes, nearest re-scored exactly) against exact search.
+"""Approximate search against exact search: sign-bit codes (libraries stored in file order) and
+the nearest clusters (libraries stored clustered, host/clusters.py), re-scored exactly.
 
 Known answers: each real ada-002 bit queried with its own embedding, and clustered synthetic bits
 queried with a slightly perturbed copy of themselves. The mode changes how candidates are found,
@@ -7,6 +8,7 @@ never which bits a budget admits.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -17,7 +19,8 @@ from librarian import TEST_MODEL, make_library, write_library
 from host.catalog import load_catalog
 from host.engine import EXACT, Search, rank
 from host.index import ModelIndex
-from host.library_format import ADA_002
+from host.library_format import ADA_002, parse_library
+from host.store import SourceKey, file_sha256, open_compiled, write_compiled
 
 NOBODY: frozenset[str] = frozenset()
 
@@ -35,17 +38,26 @@ def ada_index(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: Path) -> M
     return load_catalog(folder).models[ADA_002]
 
 
-@pytest.fixture(scope="module")
-def clustered_index(tmp_path_factory: pytest.TempPathFactory) -> ModelIndex:
-    """4,000 unit vectors in 40 clusters, dimension 256, 20-200 tokens each."""
+@pytest.fixture(scope="module", params=["file order", "clustered"])
+def clustered_index(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> ModelIndex:
+    """4,000 unit vectors in 40 clusters, dimension 256, 20-200 tokens each: stored in file order
+    (approximate search reads sign codes) or clustered (it reads the nearest clusters)."""
     rng = np.random.default_rng(7)
     centers = rng.standard_normal((40, 256)).astype(np.float32)
     vectors = centers[rng.integers(0, 40, 4000)] + 0.8 * rng.standard_normal((4000, 256)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     tokens = rng.integers(20, 200, 4000).tolist()
     folder = tmp_path_factory.mktemp("clustered") / "libraries"
-    write_library(folder / "clusters.json", make_library(vectors, tokens))
-    return load_catalog(folder).models[TEST_MODEL]
+    path = write_library(folder / "clusters.json", make_library(vectors, tokens))
+    if request.param == "file order":
+        return load_catalog(folder).models[TEST_MODEL]
+    stat = path.stat()
+    key = SourceKey(size=stat.st_size, mtime_ns=stat.st_mtime_ns, sha256=file_sha256(path))
+    compiled = folder / ".compiled" / "clusters"
+    write_compiled(parse_library(json.loads(path.read_text())), compiled, key, "clusters", cluster_from=1000)
+    index = ModelIndex.build((open_compiled(compiled, path),))
+    assert index.clusters is not None and index.clusters.count == 63  # sqrt(4000)
+    return index
 
 
 def own_embeddings(index: ModelIndex) -> np.ndarray:
@@ -71,7 +83,8 @@ def test_on_real_ada_bits_the_default_pool_gives_exactly_the_exact_answer(ada_in
 def test_on_clustered_bits_approximate_top_10_matches_exact(clustered_index):
     rng = np.random.default_rng(8)
     embeddings = own_embeddings(clustered_index)
-    search = Search(approximate=True, oversample=400)  # 10% of the library: codes really do the work
+    # 10% of the library: codes or clusters really do the work (4 of 63 clusters, ~250 bits, at least)
+    search = Search(approximate=True, oversample=400, probes=4)
     recalls = []
     for row in rng.choice(len(embeddings), 60, replace=False):
         query = embeddings[row] + 0.05 * rng.standard_normal(256).astype(np.float32)

@@ -8,6 +8,9 @@
 - Approximate search (`Search(approximate=True)` with a small oversample) obeys the same budget
   rules on the bits it finds, and returns exactly the exact rows when the oversample covers the
   library.
+- Over clustered libraries (rows stored sorted by cluster): exact rank is still the file-order
+  brute-force ranking; a cluster search reading every cluster returns the exact rows; reading a
+  few clusters it obeys the budget rules, the constraint and the threshold, and shows no hidden bit.
 
 Vectors have small integer components, so every dot product is exact in float32 and the
 reference ranking (ties by row) is unambiguous.
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from librarian import TEST_MODEL, b64, exact_dot_products, reference_budget
 
+from host.clusters import plan_layout
 from host.engine import Search, apply_budget, rank
 from host.index import ModelIndex
 from host.sign_codes import sign_codes
@@ -286,3 +290,99 @@ def test_approximate_search_covering_the_library_returns_the_exact_rows(
     np.testing.assert_array_equal(approximate.scores, exact.scores)
     assert approximate.first_bit_cut_to == exact.first_bit_cut_to
     assert math.isclose(len(exact.rows), len(approximate.rows))
+
+
+# ---- clustered libraries (host/clusters.py) --------------------------------------------------------
+
+
+def clustered(name: str, library: Library, clusters: int) -> CompiledLibrary:
+    """The arrays the store writes for a clustered library, without the disk: rows sorted by cluster."""
+    plain = compiled(name, library)
+    layout = plan_layout(plain.embeddings, plain.tag_ids == 0, clusters=clusters)
+    order = layout.order
+    return replace(plain, embeddings=plain.embeddings[order], token_counts=plain.token_counts[order],
+                   tag_ids=plain.tag_ids[order], ids=plain.ids[order], sign_codes=sign_codes(plain.embeddings, order),
+                   source_rows=order, centroids=layout.centroids, cluster_offsets=layout.offsets)
+
+
+@st.composite
+def clustered_indexes(draw: st.DrawFn, max_bits: int = 60) -> tuple[ModelIndex, list[Library]]:
+    """Up to three libraries, each clustered (2-8 clusters) or stored in file order."""
+    members = draw(st.lists(libraries(min_bits=1, max_bits=max_bits), min_size=1, max_size=3))
+    built = tuple(clustered(f"lib{position}", member, draw(st.integers(2, 8))) if draw(st.booleans()) or position == 0
+                  else compiled(f"lib{position}", member) for position, member in enumerate(members))
+    return ModelIndex.build(built), members
+
+
+def in_file_order(index: ModelIndex, rows: np.ndarray) -> list[int]:
+    """Global stored rows -> global rows of the files (what the reference ranks)."""
+    return rows.tolist() if index.tie_keys is None else index.tie_keys[rows].tolist()
+
+
+@PROPERTY
+@given(built=clustered_indexes(), query=queries, granted=grants, count=st.integers(1, 200), count_type=count_types)
+def test_exact_rank_over_clustered_libraries_is_the_file_order_brute_force_ranking(
+    built: tuple[ModelIndex, list[Library]], query: np.ndarray, granted: frozenset[str], count: int,
+    count_type: str,
+) -> None:
+    index, members = built
+    tokens = all_tokens(members)
+
+    selection = rank(index, query, granted=granted, count=count, count_type=count_type)  # type: ignore[arg-type]
+
+    ranked = reference_rows(members, query, granted)
+    taken, cut_to = reference_budget([int(tokens[row]) for row in ranked], count, count_type)
+    assert in_file_order(index, selection.rows) == ranked[:taken]
+    assert selection.first_bit_cut_to == cut_to
+
+
+@PROPERTY
+@given(built=clustered_indexes(), query=queries, granted=grants, count=st.integers(1, 200), count_type=count_types,
+       threshold=st.none() | st.integers(-20, 20).map(float))
+def test_a_cluster_search_reading_every_cluster_returns_the_exact_rows(
+    built: tuple[ModelIndex, list[Library]], query: np.ndarray, granted: frozenset[str], count: int,
+    count_type: str, threshold: float | None,
+) -> None:
+    index, _ = built
+    assert index.clusters is not None
+    kwargs = {"granted": granted, "count": count, "count_type": count_type, "similarity_threshold": threshold}
+    exact = rank(index, query, **kwargs)  # type: ignore[arg-type]
+    every = rank(index, query, search=Search(approximate=True, oversample=0, probes=index.clusters.count),
+                 **kwargs)  # type: ignore[arg-type]
+
+    assert every.rows.tolist() == exact.rows.tolist()
+    np.testing.assert_array_equal(every.scores, exact.scores)
+    assert every.first_bit_cut_to == exact.first_bit_cut_to
+
+
+@PROPERTY
+@given(built=clustered_indexes(max_bits=200), query=queries, granted=grants, count=st.integers(1, 8),
+       count_type=count_types, probes=st.integers(1, 3), oversample=st.integers(0, 20))
+def test_a_cluster_search_of_a_few_clusters_obeys_the_budget_rules(
+    built: tuple[ModelIndex, list[Library]], query: np.ndarray, granted: frozenset[str], count: int,
+    count_type: str, probes: int, oversample: int,
+) -> None:
+    index, members = built
+    selection = rank(index, query, granted=granted, count=count, count_type=count_type,  # type: ignore[arg-type]
+                     search=Search(approximate=True, oversample=oversample, probes=probes))
+    as_in_files = replace(selection, rows=np.array(in_file_order(index, selection.rows), dtype=np.int64))
+    assert_obeys_the_budget(as_in_files, index, members, query, granted, count, count_type)
+
+
+@PROPERTY
+@given(built=clustered_indexes(max_bits=200), query=queries, granted=grants, count=st.integers(1, 30),
+       probes=st.integers(1, 3), seed=st.integers(0, 2**32 - 1), threshold=st.none() | st.integers(-10, 10).map(float))
+def test_a_cluster_search_keeps_to_the_constraint_and_the_threshold(
+    built: tuple[ModelIndex, list[Library]], query: np.ndarray, granted: frozenset[str], count: int, probes: int,
+    seed: int, threshold: float | None,
+) -> None:
+    index, _ = built
+    constraint = np.random.default_rng(seed).random(index.bit_count) < 0.6
+    selection = rank(index, query, granted=granted, count=count, count_type="bit", constraint=constraint,
+                     similarity_threshold=threshold, search=Search(approximate=True, oversample=0, probes=probes))
+
+    visible = index.visible_rows(granted)
+    allowed = constraint if visible is None else constraint & visible
+    assert all(allowed[row] for row in selection.rows)
+    assert threshold is None or bool(np.all(selection.scores >= np.float32(threshold)))
+    assert all(earlier >= later for earlier, later in zip(selection.scores, selection.scores[1:]))

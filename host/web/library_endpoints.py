@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from host.results import library_header, result_bit, visible_digest
+from host.results import library_header, result_bit, visible_digest, visible_in_file_order
 from host.store import CompiledLibrary
 from host.web.caller import request_caller
 from host.web.errors import HTTPError
@@ -86,7 +86,7 @@ async def etag_digest(state: HostState, library: CompiledLibrary, visible_tags: 
 
 async def _pieces(library: CompiledLibrary, visible_tags: frozenset[str], gzip: bool) -> AsyncIterator[bytes]:
     """The file exactly as `render_json(publish_library(...))` would be, a few hundred bits at a time."""
-    rows = np.flatnonzero(library.visible_rows(visible_tags))
+    rows = visible_in_file_order(library, visible_tags)
     compressor = zlib.compressobj(6, zlib.DEFLATED, 31) if gzip else None  # wbits 31: a gzip stream
 
     def encoded(piece: bytes) -> bytes:

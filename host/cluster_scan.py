@@ -1,0 +1,145 @@
+"""Approximate search over clustered libraries (an inverted file): the nearest clusters, scored.
+
+A clustered library (host/clusters.py) stores each cluster's rows back to back. A query ranks the
+centroids, takes the nearest clusters until they hold enough rows the caller may see (at least
+`probes` clusters and `oversample` visible rows, and GROWTH times the bits the budget wants),
+scores those contiguous slices of the one memory-mapped matrix, and fills the budget from them
+exactly as an exact scan would (host/budget.py: margin candidates re-scored exactly, ties in file
+order). If that pool cannot fill the budget, it grows; once it would hold half the visible rows,
+an exact scan is cheaper and the caller is told to run one.
+
+Invariants: hidden rows are masked inside the slices and never counted, so they decide nothing
+(not which clusters are read, not a place, not a tie); the clusters read depend only on the
+query, the centroids and the rows the caller may see.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from host.budget import (
+    FIRST_GUESS_FOR_TOKENS,
+    GROWTH,
+    NEGATIVE_INFINITY,
+    CountType,
+    Filled,
+    exact_scores,
+    rounding_margin,
+    select,
+)
+from host.index import ClusterTable, ModelIndex
+from host.scratch import SCRATCH
+
+COUNT_CHUNK = 64  # clusters whose visible rows are counted at a time, under a constraint
+
+
+class ClusterScan:
+    """The nearest clusters of one query: ranked once, read as the budget needs."""
+
+    def __init__(self, index: ModelIndex, query: np.ndarray, probes: int, oversample: int) -> None:
+        assert index.clusters is not None
+        self.index = index
+        self.table: ClusterTable = index.clusters
+        self.query = query
+        self.probes = max(1, probes)
+        self.oversample = oversample
+        self.margin = rounding_margin(index.dimension, index.max_norm, query)
+        centroid_scores = SCRATCH.take("centroid_scores", self.table.count, np.float32)
+        np.dot(self.table.centroids, query, out=centroid_scores)
+        np.negative(centroid_scores, out=centroid_scores)
+        self.order = np.argsort(centroid_scores, kind="stable")  # nearest first, ties to the lower cluster
+
+    def fill(self, mask: np.ndarray | None, count: int, count_type: CountType, threshold: float | None,
+             counts: np.ndarray | None = None) -> Filled | None:
+        """The budget filled from the nearest clusters; None when an exact scan would be cheaper.
+
+        `mask` is what the caller may see (None: everything); `counts`, if known, its rows per cluster.
+        """
+        visible = self.index.bit_count if mask is None else int(np.count_nonzero(mask))
+        wanted = count if count_type == "bit" else FIRST_GUESS_FOR_TOKENS
+        target = max(self.oversample, GROWTH * wanted)
+        probes = self.probes
+        in_order = _CountsInOrder(self.table, self.order, mask, counts)
+        loose = sum(in_order.loose_counts)
+        while True:
+            chosen, pooled = in_order.enough(probes, target - loose)
+            pooled += loose
+            if 2 * pooled >= visible and len(chosen) < self.table.count:
+                return None
+            rows, scores = self._pool(np.sort(chosen), mask)
+            keys = rows if self.index.tie_keys is None else self.index.tie_keys[rows]
+            positions, exact, cut_to, full = select(
+                scores, self.index.token_counts[rows], pooled, count, count_type,
+                partial(self._exact_scores, rows), self.margin, threshold, keys)
+            if full or len(chosen) == self.table.count:
+                return Filled(rows[positions], exact, cut_to)
+            probes, target = len(chosen) * GROWTH, target * GROWTH
+
+    def _exact_scores(self, rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        return exact_scores(self.index.gather(rows[positions]), self.query)
+
+    def _pool(self, clusters: np.ndarray, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of `clusters` and of the loose libraries, their fast scores (-inf where hidden)."""
+        table, index = self.table, self.index
+        ranges = [*zip(table.starts[clusters].tolist(), table.stops[clusters].tolist()), *table.loose]
+        total = sum(stop - start for start, stop in ranges)
+        rows = SCRATCH.take("pool_rows", total, np.int64)
+        scores = SCRATCH.take("pool_scores", total, np.float32)
+        keep = None if mask is None else SCRATCH.take("pool_keep", total, np.bool_)
+        counting = table.counting
+        single = len(index.libraries) == 1
+        position = 0
+        for start, stop in ranges:
+            size = stop - start
+            if single:
+                matrix, local = index.libraries[0].embeddings, start
+            else:
+                owner = int(np.searchsorted(index.offsets, start, side="right")) - 1
+                matrix, local = index.libraries[owner].embeddings, start - int(index.offsets[owner])
+            np.dot(matrix[local : local + size], self.query, out=scores[position : position + size])
+            np.add(counting[:size], start, out=rows[position : position + size])
+            if keep is not None and mask is not None:
+                keep[position : position + size] = mask[start:stop]
+            position += size
+        if keep is not None:
+            np.copyto(scores, NEGATIVE_INFINITY, where=~keep)
+        return rows, scores
+
+
+class _CountsInOrder:
+    """Visible rows of each cluster in the query's order, counted only as far as needed."""
+
+    def __init__(self, table: ClusterTable, order: np.ndarray, mask: np.ndarray | None,
+                 counts: np.ndarray | None) -> None:
+        self.table, self.order, self.mask = table, order, mask
+        if counts is None and mask is None:
+            counts = table.sizes
+        self.running = None if counts is None else np.cumsum(counts[order])
+        self.counted = np.zeros(0, dtype=np.int64)  # running totals of the first clusters, under a mask
+        self.loose_counts = [stop - start if mask is None else int(np.count_nonzero(mask[start:stop]))
+                             for start, stop in table.loose]
+
+    def enough(self, probes: int, rows: int) -> tuple[np.ndarray, int]:
+        """The fewest nearest clusters (at least `probes`) holding `rows` visible rows, and that count."""
+        clusters = self.table.count
+        if self.running is not None:
+            running = self.running
+        else:
+            while len(self.counted) < clusters and (len(self.counted) < probes or
+                                                     (self.counted[-1] if len(self.counted) else 0) < rows):
+                self._count_more(max(COUNT_CHUNK, len(self.counted)))
+            running = self.counted
+        taken = int(np.searchsorted(running, rows, side="left")) + 1 if rows > 0 else 1
+        taken = min(max(probes, taken), clusters, len(running))
+        return self.order[:taken], int(running[taken - 1])
+
+    def _count_more(self, how_many: int) -> None:
+        assert self.mask is not None
+        mask, table = self.mask, self.table
+        more = self.order[len(self.counted) : len(self.counted) + how_many]
+        counts = [int(np.count_nonzero(mask[start:stop]))
+                  for start, stop in zip(table.starts[more].tolist(), table.stops[more].tolist())]
+        base = int(self.counted[-1]) if len(self.counted) else 0
+        self.counted = np.concatenate([self.counted, base + np.cumsum(counts, dtype=np.int64)])

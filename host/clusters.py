@@ -1,0 +1,104 @@
+"""The clustered (inverted-file) layout of a compiled library: which rows sit together, and where.
+
+A library of at least `CLUSTER_FROM` bits is stored sorted by cluster: spherical k-means
+centroids, trained on a seeded sample, each row assigned to its nearest centroid, rows of one
+cluster stored back to back (in file order within it). An approximate query then ranks the
+centroids and reads only the nearest clusters' contiguous slices of the one memory-mapped matrix.
+
+Invariants:
+- Deterministic: the same embeddings and tags give the same layout (a fixed seed, stable sorts,
+  ties to the lower index).
+- Only what everyone may see shapes it: centroids (and their number) come from the public rows
+  alone when the library has any, so private bits never move a public bit's cluster, and an
+  anonymous caller's approximate answer is the one it would get without them. A library with no
+  public rows is trained on all its rows (whoever sees one of its bits usually sees them all).
+- A layout is a permutation: every row stored once; `order[i]` is the file row stored at row i.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+CLUSTER_FROM = 10_000  # smaller libraries keep file order: exact search is as fast there
+SEED = 14  # the layout's k-means seed: fixed, so the same file gives the same layout
+ITERATIONS = 10  # k-means rounds; more moved recall@10 by < 0.001 on scripts/bench.py's libraries
+SAMPLE_PER_CLUSTER = 32  # training rows per centroid
+CLUSTERS_PER_SQRT = 1.0  # clusters = sqrt(bits): the centroid scan and one cluster's slice cost alike
+ASSIGN_BLOCK = 8192  # rows assigned at a time: the (rows x clusters) scores stay small
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each row goes: `order` (stored row -> file row), centroids, and each cluster's rows."""
+
+    order: np.ndarray  # (bits,) int64, a permutation of the file rows
+    centroids: np.ndarray  # (clusters, dimension) float32, unit length
+    offsets: np.ndarray  # (clusters + 1,) int64: cluster c is stored at rows offsets[c]:offsets[c + 1]
+
+    @property
+    def clusters(self) -> int:
+        return len(self.centroids)
+
+
+def cluster_count(training_bits: int) -> int:
+    return max(1, min(training_bits, round(CLUSTERS_PER_SQRT * math.sqrt(training_bits))))
+
+
+def plan_layout(embeddings: np.ndarray, public: np.ndarray, *, seed: int = SEED,
+                clusters: int | None = None) -> Layout:
+    """The clustered layout of `embeddings` ((bits, dimension) float32; `public`: bool per row)."""
+    training = np.flatnonzero(public) if public.any() else np.arange(len(embeddings))
+    count = max(1, min(clusters, len(training))) if clusters else cluster_count(len(training))
+    rng = np.random.default_rng(seed)
+    sample_size = min(len(training), SAMPLE_PER_CLUSTER * count)
+    sample = np.asarray(embeddings[np.sort(training[rng.choice(len(training), sample_size, replace=False)])],
+                        dtype=np.float32)
+    centroids = train_centroids(sample, count, rng)
+    labels = nearest_centroids(embeddings, centroids)
+    order = np.argsort(labels, kind="stable")  # file order within a cluster
+    offsets = np.zeros(count + 1, dtype=np.int64)
+    np.cumsum(np.bincount(labels, minlength=count), out=offsets[1:])
+    return Layout(order=order.astype(np.int64), centroids=centroids, offsets=offsets)
+
+
+def train_centroids(sample: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    """Spherical k-means: unit centroids, each row to the centroid of largest dot product."""
+    centroids = _unit(sample[np.sort(rng.choice(len(sample), count, replace=False))].astype(np.float64))
+    labels = np.empty(len(sample), dtype=np.int64)
+    best = np.empty(len(sample), dtype=np.float32)
+    for _ in range(ITERATIONS):
+        nearest_centroids(sample, centroids, out=labels, best=best)
+        sizes = np.bincount(labels, minlength=count)
+        by_cluster = np.argsort(labels, kind="stable")
+        filled = np.flatnonzero(sizes)
+        sums = np.zeros((count, sample.shape[1]), dtype=np.float64)
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])[filled]
+        sums[filled] = np.add.reduceat(sample[by_cluster].astype(np.float64), starts, axis=0)
+        empty = np.flatnonzero(sizes == 0)
+        if len(empty):  # an empty cluster restarts at the rows its centroids serve worst
+            sums[empty] = sample[np.argsort(best, kind="stable")[: len(empty)]]
+        centroids = _unit(sums)
+    return centroids
+
+
+def nearest_centroids(rows: np.ndarray, centroids: np.ndarray, *, out: np.ndarray | None = None,
+                      best: np.ndarray | None = None) -> np.ndarray:
+    """The index of each row's nearest centroid (largest dot product; ties to the lower index)."""
+    labels = np.empty(len(rows), dtype=np.int64) if out is None else out
+    for start in range(0, len(rows), ASSIGN_BLOCK):
+        scores = np.asarray(rows[start : start + ASSIGN_BLOCK], dtype=np.float32) @ centroids.T
+        chosen = labels[start : start + ASSIGN_BLOCK]
+        np.argmax(scores, axis=1, out=chosen)
+        if best is not None:
+            best[start : start + ASSIGN_BLOCK] = np.take_along_axis(scores, chosen[:, np.newaxis], axis=1)[:, 0]
+    return labels
+
+
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    unit: np.ndarray = (vectors / norms).astype(np.float32)
+    return unit
