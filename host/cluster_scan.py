@@ -30,6 +30,7 @@ from host.budget import (
     select,
 )
 from host.index import ClusterTable, ModelIndex
+from host.products import row_dots
 from host.scratch import SCRATCH
 
 COUNT_CHUNK = 64  # clusters whose visible rows are counted at a time, under a constraint
@@ -47,7 +48,7 @@ class ClusterScan:
         self.oversample = oversample
         self.margin = rounding_margin(index.dimension, index.max_norm, query)
         centroid_scores = SCRATCH.take("centroid_scores", self.table.count, np.float32)
-        np.dot(self.table.centroids, query, out=centroid_scores)
+        row_dots(self.table.centroids, query, centroid_scores)
         np.negative(centroid_scores, out=centroid_scores)
         self.order = np.argsort(centroid_scores, kind="stable")  # nearest first, ties to the lower cluster
 
@@ -98,7 +99,7 @@ class ClusterScan:
             else:
                 owner = int(np.searchsorted(index.offsets, start, side="right")) - 1
                 matrix, local = index.libraries[owner].embeddings, start - int(index.offsets[owner])
-            np.dot(matrix[local : local + size], self.query, out=scores[position : position + size])
+            row_dots(matrix[local : local + size], self.query, scores[position : position + size])
             np.add(counting[:size], start, out=rows[position : position + size])
             if keep is not None and mask is not None:
                 keep[position : position + size] = mask[start:stop]

@@ -28,6 +28,7 @@ ITERATIONS = 10  # k-means rounds; more moved recall@10 by < 0.001 on scripts/be
 SAMPLE_PER_CLUSTER = 32  # training rows per centroid
 CLUSTERS_PER_SQRT = 1.0  # clusters = sqrt(bits): the centroid scan and one cluster's slice cost alike
 ASSIGN_BLOCK = 8192  # rows assigned at a time: the (rows x clusters) scores stay small
+SPLIT_PERTURBATION = 1 / 1024  # how far the two halves of a split cluster's centroid move apart (faiss's EPS)
 
 
 @dataclass(frozen=True)
@@ -65,35 +66,48 @@ def plan_layout(embeddings: np.ndarray, public: np.ndarray, *, seed: int = SEED,
 
 
 def train_centroids(sample: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
-    """Spherical k-means: unit centroids, each row to the centroid of largest dot product."""
+    """Spherical k-means: unit centroids, each row to the centroid of largest dot product.
+
+    A centroid left with no rows takes half of the largest cluster (faiss's rule: the two move
+    apart by a small perturbation), so that clusters stay of similar sizes and a probe reads about
+    as many rows as any other.
+    """
     centroids = _unit(sample[np.sort(rng.choice(len(sample), count, replace=False))].astype(np.float64))
     labels = np.empty(len(sample), dtype=np.int64)
-    best = np.empty(len(sample), dtype=np.float32)
     for _ in range(ITERATIONS):
-        nearest_centroids(sample, centroids, out=labels, best=best)
+        nearest_centroids(sample, centroids, out=labels)
         sizes = np.bincount(labels, minlength=count)
         by_cluster = np.argsort(labels, kind="stable")
         filled = np.flatnonzero(sizes)
         sums = np.zeros((count, sample.shape[1]), dtype=np.float64)
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])[filled]
         sums[filled] = np.add.reduceat(sample[by_cluster].astype(np.float64), starts, axis=0)
-        empty = np.flatnonzero(sizes == 0)
-        if len(empty):  # an empty cluster restarts at the rows its centroids serve worst
-            sums[empty] = sample[np.argsort(best, kind="stable")[: len(empty)]]
-        centroids = _unit(sums)
+        centroids = _split_largest(_unit(sums), sizes)
     return centroids
 
 
-def nearest_centroids(rows: np.ndarray, centroids: np.ndarray, *, out: np.ndarray | None = None,
-                      best: np.ndarray | None = None) -> np.ndarray:
+def _split_largest(centroids: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Each empty cluster's centroid becomes a perturbed copy of the largest cluster's (halving it)."""
+    sizes = sizes.astype(np.float64)
+    signs = np.where(np.arange(centroids.shape[1]) % 2 == 0, 1.0, -1.0) * SPLIT_PERTURBATION
+    for empty in np.flatnonzero(sizes == 0).tolist():
+        largest = int(np.argmax(sizes))  # ties: the lower cluster
+        if sizes[largest] < 2:
+            break
+        base = centroids[largest].astype(np.float64)
+        centroids[empty] = _unit((base * (1 + signs))[np.newaxis, :])[0]
+        centroids[largest] = _unit((base * (1 - signs))[np.newaxis, :])[0]
+        sizes[empty] = sizes[largest] / 2
+        sizes[largest] -= sizes[empty]
+    return centroids
+
+
+def nearest_centroids(rows: np.ndarray, centroids: np.ndarray, *, out: np.ndarray | None = None) -> np.ndarray:
     """The index of each row's nearest centroid (largest dot product; ties to the lower index)."""
     labels = np.empty(len(rows), dtype=np.int64) if out is None else out
     for start in range(0, len(rows), ASSIGN_BLOCK):
         scores = np.asarray(rows[start : start + ASSIGN_BLOCK], dtype=np.float32) @ centroids.T
-        chosen = labels[start : start + ASSIGN_BLOCK]
-        np.argmax(scores, axis=1, out=chosen)
-        if best is not None:
-            best[start : start + ASSIGN_BLOCK] = np.take_along_axis(scores, chosen[:, np.newaxis], axis=1)[:, 0]
+        np.argmax(scores, axis=1, out=labels[start : start + ASSIGN_BLOCK])
     return labels
 
 

@@ -21,6 +21,7 @@ from functools import partial
 
 import numpy as np
 
+from host.batching import BATCHER
 from host.budget import (
     FIRST_GUESS_FOR_TOKENS,
     GROWTH,
@@ -56,7 +57,7 @@ HIDDEN_DISTANCE = np.uint16(np.iinfo(np.uint16).max)  # never among the nearest 
 # (gathered), not the whole matrix. A gathered row costs ~9x a scanned one (100k bits: 8% of the
 # rows gathered took as long as the full scan; scripts/bench_constraints.py), so only below 5%.
 SUBSET_SHARE = 0.05
-PROBES = 8  # clusters a cluster scan reads at least
+PROBES = 4  # clusters a cluster scan reads at least (recall@10 >= 0.99 at 100k and 1M: scripts/bench_index.py)
 
 
 @dataclass(frozen=True)
@@ -72,14 +73,12 @@ class Selection:
 def similarities(index: ModelIndex, query: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Dot product of `query` with every row (into `out` when given): the only full pass over the matrix.
 
-    These float32 scores only find candidates: BLAS blocks a product differently for different
-    shapes, so a row's score here can depend on the rows around it. Returned similarities and
-    their order come from `exact_scores`.
+    Queries asking at the same time share one pass (host/batching.py). These float32 scores only
+    find candidates: a row's score here can depend on the kernel, the rows around it and the
+    batch. Returned similarities and their order come from `exact_scores`.
     """
     scores = np.empty(index.bit_count, dtype=np.float32) if out is None else out
-    for library, start in zip(index.libraries, index.offsets[:-1].tolist()):
-        np.dot(library.embeddings, query, out=scores[start : start + library.bit_count])
-    return scores
+    return BATCHER.similarities(index, query, scores)
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,9 @@ class ModelIndex:
 
     def gather(self, rows: np.ndarray) -> np.ndarray:
         """The embeddings of some global rows, in that order (read in row order from the maps)."""
+        if len(self.libraries) == 1:
+            gathered: np.ndarray = self.libraries[0].embeddings[rows]
+            return gathered
         order = np.argsort(rows)
         gathered = np.empty((len(rows), self.dimension), dtype=np.float32)
         sorted_rows = rows[order]
@@ -142,13 +145,6 @@ class ModelIndex:
             if stop > start:
                 gathered[order[start:stop]] = library.embeddings[sorted_rows[start:stop] - self.offsets[position]]
         return gathered
-
-    def gather_into(self, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """`gather(rows)` written into `out` ((len(rows), dimension) float32): no new buffer."""
-        if len(self.libraries) == 1:
-            return np.take(self.libraries[0].embeddings, rows, axis=0, out=out)
-        out[:] = self.gather(rows)
-        return out
 
     def cluster_visible_counts(self, granted: frozenset[str]) -> np.ndarray:
         """How many rows of each cluster a caller holding `granted` may see (cached per grant)."""

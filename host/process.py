@@ -34,6 +34,13 @@ def limit_blas_threads(threads: int) -> None:
         threadpool_limits(limits=threads, user_api="blas")
 
 
+def configure_scans(threads: int, max_batch: int) -> None:
+    """This process's batcher of exact passes (host/batching.py): threads per pass, queries per pass."""
+    from host.batching import BATCHER
+
+    BATCHER.configure(threads=threads, max_batch=max_batch)
+
+
 def bind_workers_over_tcp() -> None:
     """Make uvicorn bind the workers' shared socket as TCP.
 

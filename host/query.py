@@ -13,7 +13,7 @@ import numpy as np
 from access import Grant
 from host.catalog import Catalog
 from host.constraints import Node, constraint_mask
-from host.engine import CountType, Search, Selection, rank
+from host.engine import PROBES, CountType, Search, Selection, rank
 from host.errors import NothingLoaded, QueryError
 from host.index import ModelIndex
 
@@ -27,12 +27,13 @@ class SearchPolicy:
     mode: str = "auto"
     approximate_from: int = 100_000
     oversample: int = 1000
+    probes: int = PROBES
 
     def for_bits(self, bits: int) -> Search:
         approximate = self.mode == "approximate" or (self.mode == "auto" and bits >= self.approximate_from)
         # The pool that holds the true top 10 grows with the library (p90 ~0.3% of the bits in
         # scripts/bench.py's clustered 100k and 1M libraries): a fixed 1000 gave recall@10 0.85 at 1M.
-        return Search(approximate=approximate, oversample=max(self.oversample, bits // 250))
+        return Search(approximate=approximate, oversample=max(self.oversample, bits // 250), probes=self.probes)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from host.batching import MAX_BATCH
+from host.engine import PROBES
 from host.store import DEFAULT_MAX_SOURCE_BYTES
 
 ENVIRONMENT_VARIABLE = "POLYMATH_HOST_SETTINGS"  # how `serve --workers N` hands settings to workers
@@ -83,15 +85,25 @@ class Settings:
         "longest a query waits for its text to be embedded, in seconds (default %(default)s; then 504)",
         metavar="SECONDS"))
     search: str = field(default="auto", metadata=option(
-        "exact scans every vector; approximate scans sign-bit codes first and re-scores the nearest exactly; "
-        "auto (default) is approximate when the caller may see at least --approximate-from bits of the model",
+        "exact scans every vector; approximate reads the nearest clusters of clustered libraries (sign-bit "
+        "codes for the others) and re-scores the best exactly; auto (default) is approximate when the caller "
+        "may see at least --approximate-from bits of the model",
         choices=("auto", "exact", "approximate")))
     approximate_from: int = field(default=100_000, metadata=option(
         "with --search auto, the number of bits a caller may see from which search is approximate "
         "(default %(default)s)", metavar="BITS"))
     oversample: int = field(default=1000, metadata=option(
-        "approximate search re-scores at least this many nearest codes exactly (default %(default)s)",
+        "approximate search considers at least this many visible bits (default %(default)s)",
         metavar="N"))
+    probes: int = field(default=PROBES, metadata=option(
+        "approximate search reads at least this many nearest clusters of a clustered library "
+        "(default %(default)s)", metavar="N"))
+    scan_threads: int = field(default=1, metadata=option(
+        "threads one exact pass over a library may use; concurrent queries share passes (default %(default)s; "
+        "the number of cores divided by --workers uses the machine best under load)", metavar="N"))
+    max_batch: int = field(default=MAX_BATCH, metadata=option(
+        "queries scored together in one pass over a library at most (default %(default)s; 1 turns "
+        "batching off)", metavar="N"))
 
     @property
     def max_embedding_bytes(self) -> int:

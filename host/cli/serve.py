@@ -14,7 +14,7 @@ from typing import Any
 from access import AccessConfigError, AccessControl
 from host.catalog import load_catalog
 from host.cli.common import add_setting_options, say
-from host.process import LOG_LEVEL_VARIABLE, configure_logging, limit_blas_threads
+from host.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans, limit_blas_threads
 from host.settings import ENVIRONMENT_VARIABLE, Settings
 
 DEFAULT_ACCESS_FILE = Path("access.SECRET.json")
@@ -55,6 +55,7 @@ def serve_command(args: argparse.Namespace) -> int:
         say(f"error: {problem}")
         return 1
     limit_blas_threads(settings.blas_threads)
+    configure_scans(settings.scan_threads, settings.max_batch)
     started = time.perf_counter()
     catalog = load_catalog(settings.libraries, cache_dir=settings.cache_dir, max_bytes=settings.max_library_bytes,
                            progress=say)

@@ -26,7 +26,7 @@ from host.catalog import Catalog, load_catalog
 from host.embedders.errors import EmbedderError, NoEmbedder
 from host.embedders.service import Embedders, build_embedders
 from host.errors import NothingLoaded, QueryError
-from host.process import LOG_LEVEL_VARIABLE, configure_logging, limit_blas_threads
+from host.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans, limit_blas_threads
 from host.reloader import LibraryWatcher
 from host.settings import Settings
 from host.web.caller import verified_subject
@@ -122,6 +122,7 @@ def app_from_environment() -> Starlette:
     configure_logging(os.environ.get(LOG_LEVEL_VARIABLE, "info"))
     settings = Settings.from_environment()
     limit_blas_threads(settings.blas_threads)
+    configure_scans(settings.scan_threads, settings.max_batch)
     prepare_worker(settings)
     return create_app(settings)
 

@@ -25,7 +25,7 @@ class HostState:
         self.catalog = catalog
         self.access = access
         self.embedders = embedders
-        self.search = SearchPolicy(settings.search, settings.approximate_from, settings.oversample)
+        self.search = SearchPolicy(settings.search, settings.approximate_from, settings.oversample, settings.probes)
         self.metrics = Metrics()
         # Rendered query answers and library files share the memory the settings allow, half each.
         self.answers = ByteBoundedCache(settings.answer_cache_bytes // 2)
