@@ -6,15 +6,15 @@ import time
 
 from .config import Config, label
 from .report import ms, say, table
-from .servers import Server, post
+from .servers import first_answer, loaded_line, post, spawn_server
 from .step import SERVER, Numbers, Results, Size, Step
 
 
 def measure(size: Size) -> Numbers:
     say(f"{label(size.bits)}: cold start")
-    with Server(size.config.workdir, size.folder) as server:
-        seconds = server.first_answer(size.bodies[0], timeout=300)
-        loaded = server.loaded_line()
+    with spawn_server(size.config.workdir, size.folder) as server:
+        seconds = first_answer(server, size.bodies[0], timeout=300)
+        loaded = loaded_line(server)
         started = time.perf_counter()
         post(server.port, size.bodies[1])
         second = time.perf_counter() - started

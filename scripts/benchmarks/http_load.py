@@ -17,7 +17,7 @@ import numpy as np
 
 from .config import Config, label
 from .report import ms, say, table
-from .servers import Server, query_body
+from .servers import first_answer, query_body, spawn_server
 from .step import SERVER, Numbers, Results, Size, Step
 
 WRK_SCRIPT = Path(__file__).with_name("post.lua")
@@ -80,8 +80,8 @@ def measure(size: Size) -> Numbers | None:
         runs = [("json", "vary", 2), ("json", "fixed", 2), ("msgpack", "vary", 2)] if position == 0 else [("json", "vary", 2)]
         if single_connection or position == 0:
             runs.append(("json", "vary", 1))
-        with Server(config.workdir, size.folder, search=search, environment=environment) as server:
-            server.first_answer(body, timeout=300)
+        with spawn_server(config.workdir, size.folder, search=search, environment=environment) as server:
+            first_answer(server, body, timeout=300)
             for kind, mode, connections in runs:
                 run = f"{name} / {kind} / {mode}" + (" / 1 connection" if connections == 1 else "")
                 say(f"http {label(bits)}: wrk {run} for {seconds:.0f} s")

@@ -8,23 +8,8 @@ from pathlib import Path
 
 from .config import Config, label
 from .report import say, table
-from .servers import Server, post
+from .servers import first_answer, post, spawn_server
 from .step import SERVER, Numbers, Results, Size, Step
-
-
-def process_tree(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                children.setdefault(int(fields[1]), []).append(int(entry.name))
-    tree, pending = [], [root]
-    while pending:
-        pid = pending.pop()
-        tree.append(pid)
-        pending.extend(children.get(pid, []))
-    return tree
 
 
 def mapped_here(path: Path) -> bool:
@@ -59,8 +44,8 @@ def measure(size: Size) -> Numbers | None:
     result: Numbers = {"matrix_bytes": matrix.stat().st_size, "queries": len(bodies),
                        "mapped_by_this_process": mapped_here(matrix)}
     for workers in (1, 2):
-        with Server(size.config.workdir, folder, workers=workers, search="exact") as server:
-            server.first_answer(bodies[0], timeout=300)
+        with spawn_server(size.config.workdir, folder, workers=workers, search="exact") as server:
+            first_answer(server, bodies[0], timeout=300)
             # Two threads of short connections, so both workers get queries.
             errors: list[str] = []
 
@@ -75,7 +60,7 @@ def measure(size: Size) -> Numbers | None:
             for thread in threads:
                 thread.join(timeout=300)
             processes = []
-            for pid in process_tree(server.process.pid):
+            for pid in server.pids():
                 with contextlib.suppress(OSError):
                     rollup = smaps_rollup(pid)
                     processes.append({"pid": pid, "role": command_line(pid), "rss": rollup.get("Rss", 0),
