@@ -190,10 +190,16 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def start_server(workdir: Path, workers: int) -> RunningHost:
-    """`serve --workers N` on the work folder, once /readyz answers (the libraries are loaded)."""
+    """`serve --workers N` on the work folder, once every worker has loaded the libraries."""
     try:
-        return start_host("libraries", "--access", "access.SECRET.json", "--watch-interval", "0.2", cwd=workdir,
-                          workers=workers, log_path=workdir / "server.log", ready_path="/readyz", timeout=60)
+        server = start_host("libraries", "--access", "access.SECRET.json", "--watch-interval", "0.2", cwd=workdir,
+                            workers=workers, log_path=workdir / "server.log", ready_path="/readyz", timeout=60)
+        # /readyz answers as soon as one worker is up. A worker still starting when the publisher
+        # first breaks a file would load its catalog without that library (it has no previous
+        # version to keep), and answers would rightly fail the check: wait for every worker.
+        server.wait_until(lambda: server.log().count("Application startup complete.") >= workers, timeout=60,
+                          interval=0.1, what=f"start its {workers} workers")
+        return server
     except HostFailed as failure:
         raise SystemExit(str(failure)) from None
 
