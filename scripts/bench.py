@@ -28,7 +28,17 @@ import time
 from typing import Any
 
 import numpy as np
-from benchmarks import approximate, coldstart, compiling, encoding, fixtures, http_load, latency, memory
+from benchmarks import (
+    approximate,
+    coldstart,
+    compiling,
+    encoding,
+    fixtures,
+    http_load,
+    latency,
+    memory,
+    text_queries,
+)
 from benchmarks.config import Config, build_parser, configure, label
 from benchmarks.libraries import ensure_library, matrix_of, near_queries, open_index, warm
 from benchmarks.report import describe_machine, header, say
@@ -44,6 +54,7 @@ STEPS: list[Step] = [
     coldstart.STEP,
     memory.STEP,
     http_load.STEP,
+    text_queries.STEP,
 ]
 
 
