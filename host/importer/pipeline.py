@@ -112,8 +112,9 @@ class ImportReport:
     tokens: int = 0
     over_budget: int = 0  # chunks that are one word longer than the budget
     duplicates: int = 0
-    embedded: int = 0  # distinct texts embedded by this run
-    reused: int = 0  # bits whose vector came from the cache
+    embedded: int = 0  # bits whose vector this run computed
+    embedded_texts: int = 0  # distinct texts sent to the embedder (a text repeated at two URLs is embedded once)
+    reused: int = 0  # bits whose vector came from the cache: embedded + reused == bits
     file_urls: bool = False  # some URL is a file: URL (no --base-url)
     seconds: float = 0.0
     embed_seconds: float = 0.0
@@ -137,8 +138,12 @@ class ImportReport:
         chunking += ")"
         if self.duplicates:
             chunking += f", {self.duplicates} repeated chunks kept once"
-        rate = f" ({self.embedded / self.embed_seconds:.1f} chunks/s)" if self.embedded and self.embed_seconds else ""
-        lines.append(f"{chunking}; embedded {self.embedded}{rate}, reused {self.reused} from the cache")
+        embedded = f"embedded {self.embedded}"
+        if self.embedded_texts != self.embedded:
+            embedded += f" ({self.embedded_texts} distinct texts)"
+        if self.embedded_texts and self.embed_seconds:
+            embedded += f" at {self.embedded_texts / self.embed_seconds:.1f} chunks/s"
+        lines.append(f"{chunking}; {embedded}, reused {self.reused} from the cache")
         lines.append(f"wrote {self.out}: {self.bits} bits of {self.model} in {self.seconds:.1f} s")
         if self.file_urls:
             lines.append("note: without --base-url, bits link to file: URLs on this machine (they show its folder "
@@ -269,9 +274,10 @@ def _embed(bits: Sequence[_Bit], embedder: Embedder, options: ImportOptions, rep
             batch = _embed_batch(embedder, [texts[key] for key in keys])
             cache.put_many(zip(keys, batch, strict=True))
             vectors.update(zip(keys, batch, strict=True))
-            report.embedded += len(keys)
+            report.embedded_texts += len(keys)
             progress.chunks_embedded(len(keys))
         report.embed_seconds = time.perf_counter() - started
+        report.embedded = len(bits) - report.reused
         return vectors
     except sqlite3.Error as problem:
         raise ImporterError(f"embedding cache {options.cache}: {problem} (delete it, or pass --no-cache)") from None
