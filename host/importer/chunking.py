@@ -38,9 +38,14 @@ _SPACES = re.compile(r"[ \t\f\v\u00a0\u2000-\u200a\u202f\u205f\u3000]+")
 
 
 def tidy(text: str) -> str:
-    """One space between words, no space at line ends, no blank lines inside a block."""
-    lines = (_SPACES.sub(" ", line).strip() for line in text.splitlines())
-    return "\n".join(line for line in lines if line)
+    """One space between words, none at line ends, no blank lines inside a block; indentation stays
+    (a nested list item, an indented verse)."""
+    lines = []
+    for line in text.splitlines():
+        words = _SPACES.sub(" ", line).strip()
+        if words:
+            lines.append(line[: len(line) - len(line.lstrip(" \t"))] + words)
+    return "\n".join(lines)
 
 
 def chunk_document(document: Document, budget: int, count_tokens: CountTokens) -> list[Chunk]:
@@ -79,9 +84,9 @@ def _subtree_end(sections: Sequence[Section], index: int) -> int:
 
 def _subtree_blocks(sections: Sequence[Section]) -> list[str]:
     """A heading's own blocks, then each subsection's heading line and blocks: the text read straight through."""
-    blocks = [block for block in sections[0].blocks if block]
+    blocks = [block for block in sections[0].blocks if block.strip()]
     for section in sections[1:]:
-        own = [block for block in section.blocks if block]
+        own = [block for block in section.blocks if block.strip()]
         if own:
             blocks.append(section.path[-1])
             blocks.extend(own)
