@@ -135,7 +135,8 @@ ATOM = b"""<?xml version="1.0" encoding="utf-8"?>
 <feed xmlns="http://www.w3.org/2005/Atom"><title>Atom blog</title><id>urn:x</id><updated>2024-01-01T00:00:00Z</updated>
 <entry><title>First entry</title><link href="https://atom.example/first"/><id>urn:1</id>
 <updated>2024-01-01T00:00:00Z</updated><summary>Short.</summary>
-<content type="html">&lt;h2 id="more"&gt;More&lt;/h2&gt;&lt;p&gt;Full text.&lt;/p&gt;&lt;script&gt;bad()&lt;/script&gt;</content></entry>
+<content type="html">&lt;h2 id="more"&gt;More&lt;/h2&gt;&lt;p&gt;Full text.&lt;/p&gt;
+&lt;script&gt;bad()&lt;/script&gt;</content></entry>
 <entry><title>No link</title><id>https://atom.example/by-id</id><updated>2024-01-01T00:00:00Z</updated>
 <summary>Just a summary.</summary></entry>
 </feed>"""
