@@ -12,15 +12,17 @@ from host.importer.errors import require
 
 
 class BarProgress:
-    def __init__(self, stream: TextIO = sys.stderr) -> None:
+    def __init__(self, stream: TextIO = sys.stderr, refresh_seconds: float = 0.1) -> None:
         self._tqdm = require("tqdm", "the progress bar").tqdm
         self._stream = stream
+        self._refresh_seconds = refresh_seconds
         self._bar: Any = None
         self._files = 0
 
     def _replace(self, **options: Any) -> None:
         self.close()
-        self._bar = self._tqdm(file=self._stream, leave=False, dynamic_ncols=True, **options)
+        self._bar = self._tqdm(file=self._stream, leave=False, dynamic_ncols=True, mininterval=self._refresh_seconds,
+                               **options)
 
     def reading(self, files: int) -> None:
         self._files = files
