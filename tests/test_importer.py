@@ -264,6 +264,20 @@ def test_an_embedder_failure_is_one_line_and_the_old_library_stays(imported, res
     assert out.read_bytes() == before and no_temporary_files(out.parent)
 
 
+class UnloadableEmbedder(HashingEmbedder):
+    def count_tokens(self, text):
+        raise RuntimeError("model files missing")
+
+
+def test_an_embedder_that_cannot_start_stops_the_import_before_any_file_is_read(imported):
+    site, out, _ = imported
+    before = out.read_bytes()
+    with pytest.raises(ImporterError, match=r"^the embedder of test:hashing-64 is not usable: RuntimeError: model "
+                                            r"files missing$"):
+        run_import(site, out, UnloadableEmbedder())
+    assert out.read_bytes() == before
+
+
 def test_a_library_that_would_not_validate_is_never_written(tmp_path):
     out = tmp_path / "lib.json"
     out.write_text("old")

@@ -84,6 +84,45 @@ class NoProgress:
     def close(self) -> None: ...
 
 
+class EmbedderFailed(ImporterError):
+    """The embedder (not a file) failed: the import stops, whichever file it was working on."""
+
+
+class _Guarded:
+    """The embedder's `count_tokens`, `dimension` and `embed`, with its failures as one-line EmbedderFailed."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self.model = embedder.model
+        try:
+            self.dimension = int(embedder.dimension)  # a remote embedder may ask its service here
+            embedder.count_tokens("probe")  # a local one loads its model here: fail now, not per file
+        except Exception as problem:
+            raise EmbedderFailed(f"the embedder of {self.model} is not usable: {_one_line(problem)}") from problem
+
+    def count_tokens(self, text: str) -> int:
+        try:
+            return int(self.embedder.count_tokens(text))
+        except Exception as problem:
+            raise EmbedderFailed(f"counting tokens failed: {_one_line(problem)}") from problem
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        try:
+            vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+        except Exception as problem:  # any embedder failure (service down, timeout, bad key) ends the import cleanly
+            raise EmbedderFailed(f"embedding failed: {_one_line(problem)}") from problem
+        if vectors.shape != (len(texts), self.dimension):
+            raise EmbedderFailed(f"embedding failed: the embedder returned an array of shape {vectors.shape} "
+                                 f"for {len(texts)} texts of dimension {self.dimension}")
+        if not np.isfinite(vectors).all():
+            raise EmbedderFailed("embedding failed: the embedder returned NaN or infinity")
+        return vectors
+
+
+def _one_line(problem: BaseException) -> str:
+    return f"{type(problem).__name__}: {' '.join(str(problem).split())}"
+
+
 def _to_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -182,14 +221,15 @@ def import_library(
     base_url = check_base_url(options.base_url) if options.base_url else None
     report = ImportReport(out=out, model=embedder.model, chunk_tokens=options.chunk_tokens)
     found = find_sources(list(sources))
+    guarded = _Guarded(embedder)
     report.skipped_by_suffix, report.not_feeds = found.skipped_by_suffix, found.not_feeds
     try:
-        bits = _read_and_chunk(found.files, embedder, base_url, options, report, progress, say)
+        bits = _read_and_chunk(found.files, guarded, base_url, options, report, progress, say)
         if not bits:
             what = "no file could be read" if report.failed else "no Markdown, text, HTML, feed or PDF file with text"
             where = ", ".join(map(str, sources))
             raise ImporterError(f"nothing to import from {where}: {what}; {out} is left as it was")
-        vectors = _embed(bits, embedder, options, report, progress, say)
+        vectors = _embed(bits, guarded, options, report, progress, say)
     finally:
         progress.close()
     library = {
@@ -202,12 +242,12 @@ def import_library(
         ],
     }
     write_library(library, out, options.access_tag)
-    _prune_cache(options.cache, embedder, {bit.key for bit in bits}, say)
+    _prune_cache(options.cache, guarded, {bit.key for bit in bits}, say)
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _read_and_chunk(files: Sequence[Any], embedder: Embedder, base_url: str | None, options: ImportOptions,
+def _read_and_chunk(files: Sequence[Any], embedder: _Guarded, base_url: str | None, options: ImportOptions,
                     report: ImportReport, progress: Progress, say: Callable[[str], None]) -> list[_Bit]:
     bits: list[_Bit] = []
     seen: set[str] = set()
@@ -218,7 +258,7 @@ def _read_and_chunk(files: Sequence[Any], embedder: Embedder, base_url: str | No
         except Draft:
             report.drafts += 1
             documents = []
-        except MissingExtra:
+        except (MissingExtra, EmbedderFailed):
             raise
         except OSError as problem:
             _fail(report, say, f"{source.path}: cannot be read ({problem.strerror or problem})")
@@ -257,7 +297,7 @@ def _fail(report: ImportReport, say: Callable[[str], None], line: str) -> None:
     say(f"error: {line}")
 
 
-def _embed(bits: Sequence[_Bit], embedder: Embedder, options: ImportOptions, report: ImportReport,
+def _embed(bits: Sequence[_Bit], embedder: _Guarded, options: ImportOptions, report: ImportReport,
            progress: Progress, say: Callable[[str], None]) -> dict[bytes, np.ndarray]:
     """A vector for every bit's text: from the cache, else embedded now (and cached at once)."""
     cache = EmbeddingCache(options.cache, embedder.model, embedder.dimension, say)
@@ -271,7 +311,7 @@ def _embed(bits: Sequence[_Bit], embedder: Embedder, options: ImportOptions, rep
         started = time.perf_counter()
         for start in range(0, len(missing), options.batch_size):
             keys = missing[start:start + options.batch_size]
-            batch = _embed_batch(embedder, [texts[key] for key in keys])
+            batch = embedder.embed([texts[key] for key in keys])
             cache.put_many(zip(keys, batch, strict=True))
             vectors.update(zip(keys, batch, strict=True))
             report.embedded_texts += len(keys)
@@ -285,20 +325,7 @@ def _embed(bits: Sequence[_Bit], embedder: Embedder, options: ImportOptions, rep
         cache.close()
 
 
-def _embed_batch(embedder: Embedder, texts: list[str]) -> np.ndarray:
-    try:
-        vectors = np.asarray(embedder.embed(texts), dtype=np.float32)
-    except Exception as problem:  # any embedder failure (service down, timeout, bad key) ends the import cleanly
-        raise ImporterError(f"embedding failed: {type(problem).__name__}: {problem}") from problem
-    if vectors.shape != (len(texts), embedder.dimension):
-        raise ImporterError(f"embedding failed: the embedder returned an array of shape {vectors.shape} "
-                            f"for {len(texts)} texts of dimension {embedder.dimension}")
-    if not np.isfinite(vectors).all():
-        raise ImporterError("embedding failed: the embedder returned NaN or infinity")
-    return vectors
-
-
-def _prune_cache(path: Path | None, embedder: Embedder, used: set[bytes], say: Callable[[str], None]) -> None:
+def _prune_cache(path: Path | None, embedder: _Guarded, used: set[bytes], say: Callable[[str], None]) -> None:
     """After a successful write: the cache keeps what this library uses (best effort: it only saves work)."""
     cache = EmbeddingCache(path, embedder.model, embedder.dimension, say)
     try:
