@@ -155,6 +155,17 @@ def test_a_broken_feed_is_named_as_such():
         feed.read(b'<rss version="2.0"><<<>>>', "f")
 
 
+def test_a_feed_cannot_pull_in_local_files_through_xml_entities(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-CONTENT")
+    hostile = (f'<?xml version="1.0"?><!DOCTYPE rss [<!ENTITY leak SYSTEM "{secret.as_uri()}">]>'
+               '<rss version="2.0"><channel><title>t</title><item><title>Item</title>'
+               '<link>https://x.example/i</link><description>before &leak; after</description></item>'
+               '</channel></rss>').encode()
+    documents = feed.read(hostile, "f")
+    assert "TOP-SECRET" not in repr([(d.title, outline(d)) for d in documents])
+
+
 # ---- PDF ---------------------------------------------------------------------------------------
 
 
