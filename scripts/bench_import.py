@@ -42,9 +42,8 @@ VERSES = ROOT / "scripts" / "sample_source" / "kjv-selection.tsv"
 
 def open_bench_embedder(name: str) -> Embedder:
     if name == "hashing":
-        from importer_support import HashingEmbedder
-
-        return HashingEmbedder()
+        hashing: Embedder = importlib.import_module("importer_support").HashingEmbedder()
+        return hashing
     if name == "minilm":
         local = importlib.import_module("host.embedders.minilm")  # ImportError: not in this build
         problem = local.missing_requirement()
