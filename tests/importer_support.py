@@ -4,7 +4,7 @@
 embed) without a model: each word is hashed to one of 64 dimensions with a sign, the counts are
 summed and normalised, so texts sharing rare words are near each other and a query made of a
 document's specific words finds it. Its tokens are words (whitespace-separated), so token counts
-can be checked by hand. It records every text it embeds, for tests that count re-embedding.
+can be checked by hand. It records every text it embeds or counts, for tests that count work redone.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ class HashingEmbedder:
 
     def __init__(self) -> None:
         self.embedded: list[str] = []
+        self.counted: list[str] = []
 
     def count_tokens(self, text: str) -> int:
+        self.counted.append(text)
         return len(text.split())
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:

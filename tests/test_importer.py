@@ -177,28 +177,57 @@ def test_a_rerun_after_one_changed_file_embeds_only_that_files_chunks(imported):
         in second.summary()[1]
 
 
-def test_an_unchanged_rerun_embeds_nothing_and_writes_the_same_bytes(imported):
+def test_an_unchanged_rerun_neither_reads_nor_embeds_and_writes_the_same_bytes(imported):
     site, out, _ = imported
     before = out.read_bytes()
     embedder = HashingEmbedder()
     report = run_import(site, out, embedder)
     assert embedder.embedded == [] and report.embedded == 0
+    assert embedder.counted == ["probe"]  # every file's chunks came from the cache: nothing parsed or counted
+    assert report.files_unchanged == report.files_read == 6
+    assert report.summary()[0].startswith("read 6 files (6 unchanged), 7 documents")
     assert out.read_bytes() == before
+
+
+def test_a_changed_file_alone_is_read_and_counted_again(imported):
+    site, out, _ = imported
+    (site / "garden.html").write_text((site / "garden.html").read_text().replace("obsidian", "granite"))
+    embedder = HashingEmbedder()
+    report = run_import(site, out, embedder)
+    assert report.files_unchanged == 5
+    assert any("granite" in text for text in embedder.counted)
+    assert not any("Quillbert" in text or "hovercraft" in text for text in embedder.counted)
+
+
+def test_new_settings_chunk_every_file_again(imported):
+    site, out, _ = imported
+    report = run_import(site, out, base_url="https://moved.example/")
+    assert report.files_unchanged == 0
+    assert bit_with(bits_of(out), FACTS["html"])["info"]["url"] == "https://moved.example/garden.html#soil"
+    report = run_import(site, out, base_url="https://moved.example/", chunk_tokens=BUDGET + 1)
+    assert report.files_unchanged == 0
 
 
 def test_the_cache_keeps_only_what_the_library_uses(imported):
     site, out, _ = imported
     cache_file = out.with_name(out.name + ".cache.sqlite")
     assert cached_texts(cache_file) == len({bit["text"] for bit in bits_of(out)})
+    assert cached_files(cache_file) == 6
     (site / "garden.html").unlink()
     run_import(site, out)
     assert cached_texts(cache_file) == len({bit["text"] for bit in bits_of(out)})
+    assert cached_files(cache_file) == 5
     assert FACTS["html"] not in out.read_text()
 
 
 def cached_texts(cache_file: Path) -> int:
     with contextlib.closing(sqlite3.connect(cache_file)) as cache:
         return int(cache.execute("SELECT count(*) FROM vectors").fetchone()[0])
+
+
+def cached_files(cache_file: Path) -> int:
+    with contextlib.closing(sqlite3.connect(cache_file)) as cache:
+        return int(cache.execute("SELECT count(*) FROM files").fetchone()[0])
 
 
 # ---- failures leave the old library as it was ---------------------------------------------------

@@ -1,11 +1,15 @@
-"""Embeddings already computed, kept next to the output so that a re-run embeds only changed text.
+"""What an import already computed, kept next to the output so that a re-run redoes only what changed.
 
-A SQLite file (`<out>.embeddings-cache.sqlite` by default) maps (model, SHA-256 of the chunk's text)
-to the float32 vector. Each batch is stored as soon as it is embedded, so an interrupted run loses
-nothing it paid for; after a successful run the model's entries no chunk used any more are
-dropped, so the cache stays the size of the library. A vector of the wrong dimension (the model
-id now served by another model) counts as absent. A cache that cannot be read is started afresh:
-it only ever saves work, never decides what is published.
+A SQLite file (`<out>.embeddings-cache.sqlite` by default) with two tables:
+- `vectors`: (model, SHA-256 of a chunk's text) -> its float32 vector. Each batch is stored as soon
+  as it is embedded, so an interrupted run loses nothing it paid for. A vector of the wrong
+  dimension (the model id now served by another model) counts as absent.
+- `files`: a key naming everything a file's chunks depend on (its bytes, its path and kind, the
+  base URL, the budget, the model, and the importer's own code and parser versions: see
+  `pipeline.file_key`) -> those chunks, so an unchanged file is neither parsed nor counted again.
+After a successful run, entries the library no longer uses are dropped, so the cache stays the size
+of the library. A cache that cannot be read is started afresh: it only ever saves work, never
+decides what is published.
 
 The cache is never a library (`.sqlite`, not `.json`), so the host never loads or serves it.
 """
@@ -25,7 +29,11 @@ CREATE TABLE IF NOT EXISTS vectors (
     text_sha256 BLOB NOT NULL,
     vector BLOB NOT NULL,
     PRIMARY KEY (model, text_sha256)
-) WITHOUT ROWID
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS files (
+    key BLOB PRIMARY KEY,
+    chunks TEXT NOT NULL
+) WITHOUT ROWID;
 """
 _LOOKUP_BATCH = 500  # keys per SELECT: well under SQLite's limit on bound parameters
 
@@ -34,8 +42,8 @@ def text_key(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8")).digest()
 
 
-class EmbeddingCache:
-    """Vectors of one model by text hash. `path=None` is a cache that remembers nothing."""
+class ImportCache:
+    """Vectors of one model by text hash, and files' chunks by file key. `path=None` remembers nothing."""
 
     def __init__(self, path: Path | None, model: str, dimension: int, say: Callable[[str], None] = print) -> None:
         self.model = model
@@ -80,19 +88,32 @@ class EmbeddingCache:
                 [(self.model, key, np.asarray(vector, dtype="<f4").tobytes()) for key, vector in items],
             )
 
-    def keep_only(self, keys: Iterable[bytes]) -> int:
-        """Drop this model's entries whose key is not in `keys`; returns how many went."""
+    def get_file(self, key: bytes) -> str | None:
+        """The chunks stored for a file key (as `put_file` was given them), or None."""
         if self._connection is None:
-            return 0
+            return None
+        row = self._connection.execute("SELECT chunks FROM files WHERE key = ?", (key,)).fetchone()
+        return str(row[0]) if row else None
+
+    def put_file(self, key: bytes, chunks: str) -> None:
+        if self._connection is not None:
+            with self._connection:
+                self._connection.execute("INSERT OR REPLACE INTO files (key, chunks) VALUES (?, ?)", (key, chunks))
+
+    def keep_only(self, text_keys: Iterable[bytes], file_keys: Iterable[bytes]) -> None:
+        """Drop this model's vectors whose text key is not in `text_keys`, and files not in `file_keys`."""
+        if self._connection is None:
+            return
         with self._connection:
-            self._connection.execute("CREATE TEMP TABLE IF NOT EXISTS used (text_sha256 BLOB PRIMARY KEY)")
+            self._connection.execute("CREATE TEMP TABLE IF NOT EXISTS used (key BLOB PRIMARY KEY)")
             self._connection.execute("DELETE FROM used")
-            self._connection.executemany("INSERT OR IGNORE INTO used VALUES (?)", ((key,) for key in keys))
-            dropped = self._connection.execute(
-                "DELETE FROM vectors WHERE model = ? AND text_sha256 NOT IN (SELECT text_sha256 FROM used)",
-                (self.model,),
-            ).rowcount
-        return int(dropped)
+            self._connection.executemany("INSERT OR IGNORE INTO used VALUES (?)", ((key,) for key in text_keys))
+            self._connection.execute(
+                "DELETE FROM vectors WHERE model = ? AND text_sha256 NOT IN (SELECT key FROM used)", (self.model,)
+            )
+            self._connection.execute("DELETE FROM used")
+            self._connection.executemany("INSERT OR IGNORE INTO used VALUES (?)", ((key,) for key in file_keys))
+            self._connection.execute("DELETE FROM files WHERE key NOT IN (SELECT key FROM used)")
 
     def close(self) -> None:
         if self._connection is not None:
@@ -103,8 +124,9 @@ class EmbeddingCache:
 def _connect(path: Path) -> sqlite3.Connection:
     connection = sqlite3.connect(path)
     try:
-        connection.execute(SCHEMA)
+        connection.executescript(SCHEMA)
         connection.execute("SELECT count(*) FROM vectors").fetchone()  # reads the pages: finds a damaged file now
+        connection.execute("SELECT count(*) FROM files").fetchone()
     except sqlite3.DatabaseError:
         connection.close()
         raise

@@ -29,6 +29,6 @@ def fallback_title(path: Path) -> str:
     return re.sub(r"[\s_-]+", " ", path.stem).strip() or path.name
 
 
-def read_source(source: SourceFile) -> list[Document]:
-    """The documents of one file (OSError when it cannot be read, ImporterError when it is not valid)."""
-    return READERS[source.kind](source.path.read_bytes(), fallback_title(source.path))
+def read_source(source: SourceFile, data: bytes) -> list[Document]:
+    """The documents in `data`, the contents of `source` (ImporterError when they are not valid)."""
+    return READERS[source.kind](data, fallback_title(source.path))

@@ -70,7 +70,7 @@ def _text_field(meta: dict[str, Any], key: str) -> str | None:
         return None
     if isinstance(value, (dict, list)):
         raise ImporterError(f"front matter: {key} must be text, got a {type(value).__name__}")
-    return str(value).strip() or None
+    return " ".join(str(value).split()) or None  # one line: a title or description spread over lines in YAML
 
 
 def _render(markdown: str, outline: Outline) -> None:
