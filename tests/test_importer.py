@@ -183,7 +183,7 @@ def test_an_unchanged_rerun_neither_reads_nor_embeds_and_writes_the_same_bytes(i
     embedder = HashingEmbedder()
     report = run_import(site, out, embedder)
     assert embedder.embedded == [] and report.embedded == 0
-    assert embedder.counted == ["probe"]  # every file's chunks came from the cache: nothing parsed or counted
+    assert embedder.counted == []  # every file's chunks came from the cache: nothing parsed or counted
     assert report.files_unchanged == report.files_read == 6
     assert report.summary()[0].startswith("read 6 files (6 unchanged), 7 documents")
     assert out.read_bytes() == before
@@ -298,13 +298,24 @@ class UnloadableEmbedder(HashingEmbedder):
         raise RuntimeError("model files missing")
 
 
-def test_an_embedder_that_cannot_start_stops_the_import_before_any_file_is_read(imported):
+class NoDimension(HashingEmbedder):
+    @property
+    def dimension(self):
+        raise ConnectionError("service unreachable")
+
+
+@pytest.mark.parametrize(("embedder", "message"), [
+    (UnloadableEmbedder(), "counting tokens failed: RuntimeError: model files missing"),
+    (NoDimension(), "the embedder of test:hashing-64 is not usable: ConnectionError: service unreachable"),
+])
+def test_an_embedder_that_cannot_start_stops_the_import_and_names_no_file(imported, embedder, message):
     site, out, _ = imported
     before = out.read_bytes()
-    with pytest.raises(ImporterError, match=r"^the embedder of test:hashing-64 is not usable: RuntimeError: model "
-                                            r"files missing$"):
-        run_import(site, out, UnloadableEmbedder())
-    assert out.read_bytes() == before
+    (site / "kitchen notes.txt").write_text("Changed\n\nSo this file must be counted again.")
+    said: list[str] = []
+    with pytest.raises(ImporterError, match=f"^{re.escape(message)}$"):
+        import_library([site], out, embedder, ImportOptions(chunk_tokens=BUDGET), say=said.append)
+    assert out.read_bytes() == before and said == []
 
 
 def test_a_library_that_would_not_validate_is_never_written(tmp_path):

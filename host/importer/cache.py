@@ -96,9 +96,13 @@ class ImportCache:
         return str(row[0]) if row else None
 
     def put_file(self, key: bytes, chunks: str) -> None:
+        """Stored at the next `commit` (one transaction for all the files of a run, not one each)."""
         if self._connection is not None:
-            with self._connection:
-                self._connection.execute("INSERT OR REPLACE INTO files (key, chunks) VALUES (?, ?)", (key, chunks))
+            self._connection.execute("INSERT OR REPLACE INTO files (key, chunks) VALUES (?, ?)", (key, chunks))
+
+    def commit(self) -> None:
+        if self._connection is not None:
+            self._connection.commit()
 
     def keep_only(self, text_keys: Iterable[bytes], file_keys: Iterable[bytes]) -> None:
         """Drop this model's vectors whose text key is not in `text_keys`, and files not in `file_keys`."""

@@ -102,8 +102,9 @@ class _Guarded:
         self.embedder = embedder
         self.model = embedder.model
         try:
-            self.dimension = int(embedder.dimension)  # a remote embedder may ask its service here
-            embedder.count_tokens("probe")  # a local one loads its model here: fail now, not per file
+            # A remote embedder may ask its service here. A local one loads its model at the first count
+            # (not here: a re-run whose files are all unchanged never needs it).
+            self.dimension = int(embedder.dimension)
         except Exception as problem:
             raise EmbedderFailed(f"the embedder of {self.model} is not usable: {_one_line(problem)}") from problem
 
@@ -238,6 +239,7 @@ def import_library(
     try:
         try:
             bits, file_keys = _read_and_chunk(found.files, guarded, base_url, options, cache, report, progress, say)
+            cache.commit()
             report.read_seconds = time.perf_counter() - started
             if not bits:
                 what = "no file could be read" if report.failed else "no Markdown, text, HTML, feed or PDF with text"
