@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the word-hashing test embedder
 
 from host.importer import ImportOptions, import_library  # noqa: E402
-from host.importer.pipeline import DEFAULT_CHUNK_TOKENS, Embedder  # noqa: E402
+from host.importer.embedding import Embedder  # noqa: E402
+from host.importer.pipeline import DEFAULT_CHUNK_TOKENS  # noqa: E402
 
 VERSES = ROOT / "scripts" / "sample_source" / "kjv-selection.tsv"
 

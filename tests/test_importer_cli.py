@@ -19,7 +19,7 @@ import pytest
 from importer_support import FACTS, HashingEmbedder, write_corpus
 
 from host.importer import cli
-from host.importer.pipeline import chunk_limit_warning
+from host.importer.embedding import chunk_limit_warning
 from host.importer.progress import BarProgress, wants_bar
 
 PROJECT = Path(__file__).resolve().parents[1]

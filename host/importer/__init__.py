@@ -7,6 +7,7 @@ the `cache` does not already hold and `output` writes the library atomically aft
 `cli` is the command-line edge; `import_library` in `pipeline` is the whole job, given an embedder.
 """
 
-from host.importer.pipeline import ImportOptions, ImportReport, import_library
+from host.importer.pipeline import ImportOptions, import_library
+from host.importer.report import ImportReport
 
 __all__ = ["ImportOptions", "ImportReport", "import_library"]

@@ -18,15 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from host.importer.embedding import Embedder, chunk_limit_warning
 from host.importer.errors import ImporterError
 from host.importer.pipeline import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_CHUNK_TOKENS,
-    Embedder,
     ImportOptions,
     NoProgress,
     Progress,
-    chunk_limit_warning,
     import_library,
 )
 from host.importer.progress import BarProgress, wants_bar

@@ -15,54 +15,30 @@ Nothing reaches `out` unless every step succeeded: an error or Ctrl-C leaves the
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import importlib.metadata
-import json
 import sqlite3
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from host.importer.cache import ImportCache, text_key
-from host.importer.chunking import chunk_document
-from host.importer.errors import Draft, ImporterError, MissingExtra
+from host.importer.embedding import Embedder, EmbedderFailed, GuardedEmbedder
+from host.importer.errors import ImporterError, MissingExtra
+from host.importer.file_chunks import FileChunks, chunk_file, file_key
 from host.importer.output import write_library
-from host.importer.readers import read_source
+from host.importer.report import ImportReport
 from host.importer.sources import SourceFile, find_sources
-from host.importer.urls import check_base_url, page_url, with_fragment
+from host.importer.urls import check_base_url
 from host.library_format import FORMAT_VERSION, canonical_id, encode_embedding
 
 # MiniLM reads 256 tokens, two of them its [CLS] and [SEP]: a 250-token chunk is embedded whole, with
 # room to spare. It is also the size of Polymath's own bits (~200-500 tokens; the sample's are ~200).
 DEFAULT_CHUNK_TOKENS = 250
 DEFAULT_BATCH_SIZE = 64
-# Their versions are part of every file's cache key: a new parser may read a file differently.
-PARSER_DISTRIBUTIONS = ("markdown-it-py", "pyyaml", "selectolax", "feedparser", "pypdf")
-# Tokens of text a model embeds (its window less special tokens); past them text is not embedded.
-MODEL_INPUT_TOKENS = {
-    "sentence-transformers:all-MiniLM-L6-v2": 254,
-    "openai.com:text-embedding-ada-002": 8191,
-    "openai.com:text-embedding-3-small": 8191,
-    "openai.com:text-embedding-3-large": 8191,
-}
-
-
-class Embedder(Protocol):
-    """The shared embedder interface (`host/embedders/base.py`), restated so this package stands alone."""
-
-    model: str
-    dimension: int
-
-    def count_tokens(self, text: str) -> int: ...
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
 
 
 class Progress(Protocol):
@@ -91,46 +67,6 @@ class NoProgress:
     def close(self) -> None: ...
 
 
-class EmbedderFailed(ImporterError):
-    """The embedder (not a file) failed: the import stops, whichever file it was working on."""
-
-
-class _Guarded:
-    """The embedder's `count_tokens`, `dimension` and `embed`, with its failures as one-line EmbedderFailed."""
-
-    def __init__(self, embedder: Embedder) -> None:
-        self.embedder = embedder
-        self.model = embedder.model
-        try:
-            # A remote embedder may ask its service here. A local one loads its model at the first count
-            # (not here: a re-run whose files are all unchanged never needs it).
-            self.dimension = int(embedder.dimension)
-        except Exception as problem:
-            raise EmbedderFailed(f"the embedder of {self.model} is not usable: {_one_line(problem)}") from problem
-
-    def count_tokens(self, text: str) -> int:
-        try:
-            return int(self.embedder.count_tokens(text))
-        except Exception as problem:
-            raise EmbedderFailed(f"counting tokens failed: {_one_line(problem)}") from problem
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        try:
-            vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
-        except Exception as problem:  # any embedder failure (service down, timeout, bad key) ends the import cleanly
-            raise EmbedderFailed(f"embedding failed: {_one_line(problem)}") from problem
-        if vectors.shape != (len(texts), self.dimension):
-            raise EmbedderFailed(f"embedding failed: the embedder returned an array of shape {vectors.shape} "
-                                 f"for {len(texts)} texts of dimension {self.dimension}")
-        if not np.isfinite(vectors).all():
-            raise EmbedderFailed("embedding failed: the embedder returned NaN or infinity")
-        return vectors
-
-
-def _one_line(problem: BaseException) -> str:
-    return f"{type(problem).__name__}: {' '.join(str(problem).split())}"
-
-
 def _to_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -142,64 +78,6 @@ class ImportOptions:
     batch_size: int = DEFAULT_BATCH_SIZE
     cache: Path | None = None  # the embeddings cache file; None keeps no cache
     access_tag: str | None = None  # the tag the output's folder gives its bits (checked when validating)
-
-
-@dataclass
-class ImportReport:
-    out: Path
-    model: str
-    chunk_tokens: int
-    files_read: int = 0
-    files_unchanged: int = 0  # read from the cache: same bytes, path and settings as last time
-    documents: int = 0
-    failed: list[str] = field(default_factory=list)  # "path: problem", one per file
-    drafts: int = 0
-    skipped_by_suffix: Counter[str] = field(default_factory=Counter)
-    not_feeds: int = 0
-    bits: int = 0
-    tokens: int = 0
-    over_budget: int = 0  # chunks that are one word longer than the budget
-    duplicates: int = 0
-    embedded: int = 0  # bits whose vector this run computed
-    embedded_texts: int = 0  # distinct texts sent to the embedder (a text repeated at two URLs is embedded once)
-    reused: int = 0  # bits whose vector came from the cache: embedded + reused == bits
-    file_urls: bool = False  # some URL is a file: URL (no --base-url)
-    seconds: float = 0.0  # the whole import
-    read_seconds: float = 0.0  # finding, reading and chunking the files
-    embed_seconds: float = 0.0  # embedding what the cache did not hold
-
-    def summary(self) -> list[str]:
-        """What happened, in a few lines for the publisher."""
-        skipped = []
-        if self.drafts:
-            skipped.append(f"{self.drafts} draft{'s' * (self.drafts != 1)} skipped")
-        if self.skipped_by_suffix:
-            kinds = ", ".join(f"{suffix} {count}" for suffix, count in sorted(self.skipped_by_suffix.items()))
-            skipped.append(f"{self.skipped_by_suffix.total()} of unknown kind skipped ({kinds})")
-        if self.not_feeds:
-            skipped.append(f"{self.not_feeds} XML not a feed skipped")
-        if self.failed:
-            skipped.append(f"{len(self.failed)} failed (see above)")
-        unchanged = f" ({self.files_unchanged} unchanged)" if self.files_unchanged else ""
-        lines = [f"read {self.files_read} files{unchanged}, {self.documents} documents"
-                 + "".join(f"; {part}" for part in skipped)]
-        chunking = f"{self.bits} chunks, {self.tokens:,} tokens (at most {self.chunk_tokens} a chunk"
-        if self.over_budget:
-            chunking += f"; {self.over_budget} longer: one word over the limit, never cut"
-        chunking += ")"
-        if self.duplicates:
-            chunking += f", {self.duplicates} repeated chunks kept once"
-        embedded = f"embedded {self.embedded}"
-        if self.embedded_texts != self.embedded:
-            embedded += f" ({self.embedded_texts} distinct texts)"
-        if self.embedded_texts and self.embed_seconds:
-            embedded += f" at {self.embedded_texts / self.embed_seconds:.1f} chunks/s"
-        lines.append(f"{chunking}; {embedded}, reused {self.reused} from the cache")
-        lines.append(f"wrote {self.out}: {self.bits} bits of {self.model} in {self.seconds:.1f} s")
-        if self.file_urls:
-            lines.append("note: without --base-url, bits link to file: URLs on this machine (they show its folder "
-                         "paths); pass --base-url https://your.site/ before publishing")
-        return lines
 
 
 @dataclass
@@ -233,7 +111,7 @@ def import_library(
     base_url = check_base_url(options.base_url) if options.base_url else None
     report = ImportReport(out=out, model=embedder.model, chunk_tokens=options.chunk_tokens)
     found = find_sources(list(sources))
-    guarded = _Guarded(embedder)
+    guarded = GuardedEmbedder(embedder)
     report.skipped_by_suffix, report.not_feeds = found.skipped_by_suffix, found.not_feeds
     cache = ImportCache(options.cache, guarded.model, guarded.dimension, say)
     try:
@@ -268,67 +146,8 @@ def import_library(
     return report
 
 
-def file_key(source: SourceFile, data: bytes, base_url: str | None, chunk_tokens: int, model: str) -> bytes:
-    """Everything a file's chunks depend on, hashed: same key, same chunks (see `cache`)."""
-    digest = hashlib.sha256()
-    for part in (importer_fingerprint(), model, str(chunk_tokens), base_url or "", source.kind, source.relative,
-                 str(source.path.resolve()) if base_url is None else ""):
-        digest.update(part.encode("utf-8") + b"\0")
-    digest.update(hashlib.sha256(data).digest())
-    return digest.digest()
-
-
-@functools.cache
-def importer_fingerprint() -> str:
-    """This importer's code and its parsers' versions: any change makes every file's chunks new."""
-    digest = hashlib.sha256()
-    package = Path(__file__).parent
-    for path in sorted(package.rglob("*.py")):
-        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
-    for distribution in PARSER_DISTRIBUTIONS:
-        try:
-            digest.update(f"{distribution}=={importlib.metadata.version(distribution)}".encode())
-        except importlib.metadata.PackageNotFoundError:
-            digest.update(f"{distribution} missing".encode())
-    return digest.hexdigest()
-
-
-@dataclass
-class _FileChunks:
-    """What one file gave: its documents' count, whether it is a draft, and its bits' text, count, info."""
-
-    documents: int = 0
-    draft: bool = False
-    bits: list[tuple[str, int, dict[str, str]]] = field(default_factory=list)
-
-    def to_json(self) -> str:
-        return json.dumps({"documents": self.documents, "draft": self.draft, "bits": self.bits}, ensure_ascii=False)
-
-    @classmethod
-    def from_json(cls, text: str) -> _FileChunks:
-        stored = json.loads(text)
-        return cls(stored["documents"], stored["draft"], [(text, count, info) for text, count, info in stored["bits"]])
-
-
-def _chunk_file(source: SourceFile, data: bytes, embedder: _Guarded, base_url: str | None,
-                chunk_tokens: int) -> _FileChunks:
-    try:
-        documents = read_source(source, data)
-    except Draft:
-        return _FileChunks(draft=True)
-    chunks = _FileChunks(documents=len(documents))
-    for document in documents:
-        url = page_url(source, base_url, document.own_url)
-        for chunk in chunk_document(document, chunk_tokens, embedder.count_tokens):
-            info = {"url": with_fragment(url, chunk.anchor), "title": chunk.title}
-            if document.description:
-                info["description"] = document.description
-            chunks.bits.append((chunk.text, chunk.token_count, info))
-    return chunks
-
-
-def _read_and_chunk(files: Sequence[SourceFile], embedder: _Guarded, base_url: str | None, options: ImportOptions,
-                    cache: ImportCache, report: ImportReport, progress: Progress,
+def _read_and_chunk(files: Sequence[SourceFile], embedder: GuardedEmbedder, base_url: str | None,
+                    options: ImportOptions, cache: ImportCache, report: ImportReport, progress: Progress,
                     say: Callable[[str], None]) -> tuple[list[_Bit], set[bytes]]:
     """The bits of every file, in order, each (canonical id) once; and the cache keys of the files read."""
     bits: list[_Bit] = []
@@ -341,10 +160,10 @@ def _read_and_chunk(files: Sequence[SourceFile], embedder: _Guarded, base_url: s
             key = file_key(source, data, base_url, options.chunk_tokens, embedder.model)
             stored = cache.get_file(key)
             if stored is None:
-                chunks = _chunk_file(source, data, embedder, base_url, options.chunk_tokens)
+                chunks = chunk_file(source, data, embedder, base_url, options.chunk_tokens)
                 cache.put_file(key, chunks.to_json())
             else:
-                chunks = _FileChunks.from_json(stored)
+                chunks = FileChunks.from_json(stored)
                 report.files_unchanged += 1
             file_keys.add(key)
         except (MissingExtra, EmbedderFailed, sqlite3.Error):
@@ -383,7 +202,7 @@ def _fail(report: ImportReport, say: Callable[[str], None], line: str) -> None:
     say(f"error: {line}")
 
 
-def _embed(bits: Sequence[_Bit], embedder: _Guarded, options: ImportOptions, cache: ImportCache,
+def _embed(bits: Sequence[_Bit], embedder: GuardedEmbedder, options: ImportOptions, cache: ImportCache,
            report: ImportReport, progress: Progress) -> dict[bytes, np.ndarray]:
     """A vector for every bit's text: from the cache, else embedded now (and cached at once)."""
     texts = {bit.key: bit.text for bit in bits}
@@ -403,12 +222,3 @@ def _embed(bits: Sequence[_Bit], embedder: _Guarded, options: ImportOptions, cac
     report.embed_seconds = time.perf_counter() - started
     report.embedded = len(bits) - report.reused
     return vectors
-
-
-def chunk_limit_warning(model: str, chunk_tokens: int) -> str | None:
-    """A warning when chunks may be longer than the model reads (their ends would not be embedded)."""
-    limit = MODEL_INPUT_TOKENS.get(model)
-    if limit is not None and chunk_tokens > limit:
-        return (f"warning: --chunk-tokens {chunk_tokens} is more than {model} embeds ({limit} tokens): "
-                "the end of a longer chunk will not be found by search")
-    return None
