@@ -79,7 +79,7 @@ def open_embedder(model: str | None, embedder_url: str | None, embedder_model: s
     problem = minilm.missing_requirement()
     if problem:
         raise ImporterError(f"--model {model}: {problem}")
-    embedder: Embedder = minilm.MiniLMEmbedder()
+    embedder: Embedder = minilm.MiniLMEmbedder(threads=0)  # every core: an import is a batch job
     return embedder
 
 

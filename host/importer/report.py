@@ -58,7 +58,7 @@ class ImportReport:
         if self.embedded_texts and self.embed_seconds:
             embedded += f" at {self.embedded_texts / self.embed_seconds:.1f} chunks/s"
         lines.append(f"{chunking}; {embedded}, reused {self.reused} from the cache")
-        lines.append(f"wrote {self.out}: {self.bits} bits of {self.model} in {self.seconds:.1f} s")
+        lines.append(f"wrote {self.out}: {self.bits} bits of {self.model} in {self.seconds:.2f} s")
         if self.file_urls:
             lines.append("note: without --base-url, bits link to file: URLs on this machine (they show its folder "
                          "paths); pass --base-url https://your.site/ before publishing")
