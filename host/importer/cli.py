@@ -122,13 +122,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers: Any, open_embedder: EmbedderOpener = open_embedder) -> argparse.ArgumentParser:
     """Add `import` to the host's argparse subparsers."""
-    command = subparsers.add_parser(
+    command: argparse.ArgumentParser = subparsers.add_parser(
         "import", help="turn Markdown, text, HTML, feeds and PDFs into a library file", description=DESCRIPTION,
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(command)
     command.set_defaults(func=lambda args: import_command(args, open_embedder))
-    return command  # type: ignore[no-any-return]
+    return command
 
 
 def main(argv: list[str] | None = None, open_embedder: EmbedderOpener = open_embedder) -> int:
