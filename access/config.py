@@ -225,10 +225,7 @@ def _parse_legacy_tokens(value: Any, default_tag: str, source: str) -> tuple[Leg
         token = entry["token"]
         if not isinstance(token, str) or not token:
             raise AccessConfigError(f"{where}.token: must be a non-empty string")
-        if "access_tags" in entry:
-            tags = _tag_list(entry["access_tags"], f"{where}.access_tags")
-        else:
-            tags = (default_tag,)
+        tags = _tag_list(entry["access_tags"], f"{where}.access_tags") if "access_tags" in entry else (default_tag,)
         digest = token_digest(token)
         if digest in owners:
             raise AccessConfigError(f"{where}.token: is the same token as tokens.{owners[digest]}")

@@ -16,10 +16,6 @@ class Grant:
     subject: str | None
     access_tags: frozenset[str]
 
-    def may_see(self, access_tag: str | None) -> bool:
-        """True if a bit carrying ``access_tag`` may be shown (untagged bits are public)."""
-        return access_tag is None or access_tag in self.access_tags
-
     @property
     def is_anonymous(self) -> bool:
         return self.subject is None

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
-import numpy as np
-
+from host.index import ModelIndex
 from host.library_format import LibraryFormatError
 from host.store import DEFAULT_MAX_SOURCE_BYTES, CompiledLibrary, load_library
 
@@ -53,106 +52,15 @@ def discover(root: Path) -> list[LibraryFile]:
     return found
 
 
+def describe_problem(problem: Exception) -> str:
+    """One line for what went wrong with a file: our own errors as they are, others with their type."""
+    if isinstance(problem, LibraryFormatError | OSError):
+        return str(problem)
+    return f"{type(problem).__name__}: {str(problem).splitlines()[0] if str(problem) else 'unreadable'}"[:300]
+
+
 def default_cache_dir(root: Path) -> Path:
     return (root.parent if root.is_file() else root) / COMPILED_FOLDER
-
-
-@dataclass
-class ModelIndex:
-    """Every library of one embedding model, addressed by one global row number."""
-
-    model: str
-    dimension: int
-    libraries: tuple[CompiledLibrary, ...]
-    offsets: np.ndarray  # row where each library starts, plus the total
-    token_counts: np.ndarray
-    tag_ids: np.ndarray  # into `tags`; 0 is public
-    tags: tuple[str, ...]
-    ids: np.ndarray  # canonical ids (S32) of every row
-    has_duplicates: bool  # the same bit in two libraries
-    _masks: dict[frozenset[str], np.ndarray | None] = field(default_factory=dict, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    @classmethod
-    def build(cls, libraries: tuple[CompiledLibrary, ...]) -> ModelIndex:
-        tags: list[str] = [""]
-        tag_ids = []
-        for library in libraries:
-            mapping = np.array([_intern(tags, tag) for tag in library.tags], dtype=np.uint16)
-            tag_ids.append(mapping[library.tag_ids])
-        offsets = np.zeros(len(libraries) + 1, dtype=np.int64)
-        np.cumsum([library.bit_count for library in libraries], out=offsets[1:])
-        ids = np.concatenate([library.ids for library in libraries])
-        return cls(
-            model=libraries[0].embedding_model,
-            dimension=libraries[0].dimension,
-            libraries=libraries,
-            offsets=offsets,
-            token_counts=np.concatenate([library.token_counts for library in libraries]).astype(np.int64),
-            tag_ids=np.concatenate(tag_ids),
-            tags=tuple(tags),
-            ids=ids,
-            has_duplicates=_has_duplicates(ids),
-        )
-
-    @property
-    def bit_count(self) -> int:
-        return int(self.offsets[-1])
-
-    def locate(self, row: int) -> tuple[CompiledLibrary, int]:
-        position = int(np.searchsorted(self.offsets, row, side="right")) - 1
-        return self.libraries[position], row - int(self.offsets[position])
-
-    def gather(self, rows: np.ndarray) -> np.ndarray:
-        """The embeddings of some global rows, in that order (read in row order from the maps)."""
-        order = np.argsort(rows)
-        gathered = np.empty((len(rows), self.dimension), dtype=np.float32)
-        sorted_rows = rows[order]
-        bounds = np.searchsorted(sorted_rows, self.offsets)
-        for position, library in enumerate(self.libraries):
-            start, stop = bounds[position], bounds[position + 1]
-            if stop > start:
-                gathered[order[start:stop]] = library.embeddings[sorted_rows[start:stop] - self.offsets[position]]
-        return gathered
-
-    def visible_count(self, granted: frozenset[str]) -> int:
-        mask = self.visible_rows(granted)
-        return self.bit_count if mask is None else int(np.count_nonzero(mask))
-
-    def visible_rows(self, granted: frozenset[str]) -> np.ndarray | None:
-        """Bool mask of rows a caller holding `granted` tags may see; None means every row."""
-        key = frozenset(tag for tag in granted if tag in self.tags)
-        with self._lock:
-            if key not in self._masks:
-                self._masks[key] = self._mask_for(key)
-            return self._masks[key]
-
-    def _mask_for(self, granted: frozenset[str]) -> np.ndarray | None:
-        allowed = [0, *(self.tags.index(tag) for tag in granted)]
-        if len(allowed) == len(self.tags) and not self.has_duplicates:
-            return None
-        mask = np.isin(self.tag_ids, allowed)
-        if self.has_duplicates:
-            # The first copy *this caller may see* wins, so a private copy listed first never
-            # hides the public one from a caller without the tag.
-            rows = np.flatnonzero(mask)
-            _, first = np.unique(self.ids[rows], return_index=True)
-            mask = np.zeros(len(mask), dtype=bool)
-            mask[rows[first]] = True
-        return mask
-
-
-def _has_duplicates(ids: np.ndarray) -> bool:
-    """Whether two rows share an id. Ids are SHA-256 digests: distinct 8-byte prefixes prove
-    distinct ids, so the full comparison (0.9 s for 1M ids) runs only on a prefix collision."""
-    heads = np.sort(np.ascontiguousarray(ids, dtype="S32").view("<u8")[::4])
-    return bool(np.any(heads[1:] == heads[:-1])) and len(np.unique(ids)) < len(ids)
-
-
-def _intern(tags: list[str], tag: str) -> int:
-    if tag not in tags:
-        tags.append(tag)
-    return tags.index(tag)
 
 
 @dataclass(frozen=True)
@@ -164,11 +72,21 @@ class Catalog:
     models: dict[str, ModelIndex]
     problems: tuple[str, ...] = ()
 
+    public_problems: int = 0  # problems with files outside `access/` folders (the rest are private)
+
     def public_libraries(self) -> list[CompiledLibrary]:
         return [library for library in self.libraries if library.visible_bit_count(frozenset())]
 
     def library(self, name: str) -> CompiledLibrary | None:
-        return next((library for library in self.libraries if library.name == name), None)
+        return self._by_name.get(name)
+
+    @cached_property
+    def _by_name(self) -> dict[str, CompiledLibrary]:
+        return {library.name: library for library in self.libraries}
+
+    def public_fingerprint(self) -> tuple[tuple[str, str], ...]:
+        """What anyone may see of this generation: a reload changes it only if the public view changed."""
+        return tuple((library.name, library.public_digest) for library in self.public_libraries())
 
 
 def load_catalog(
@@ -190,6 +108,7 @@ def load_catalog(
     earlier = {library.name: library for library in previous.libraries} if previous else {}
     loaded: list[CompiledLibrary] = []
     problems: list[str] = []
+    public_problems = 0
     for entry in discover(root):
         before = earlier.get(entry.name)
         try:
@@ -203,9 +122,10 @@ def load_catalog(
                 access_tag=entry.access_tag,
                 max_bytes=max_bytes,
             )
-        except (LibraryFormatError, OSError) as problem:
-            kept = "; still serving its previous version" if before is not None else ""
-            problems.append(f"{entry.path}: {problem}{kept}")
+        except Exception as problem:  # one publisher's file, however broken, must not stop the others
+            still = "; still serving its previous version" if before is not None else ""
+            problems.append(f"{entry.path}: {describe_problem(problem)}{still}")
+            public_problems += entry.access_tag is None
             if before is not None:
                 loaded.append(before)
             continue
@@ -215,7 +135,9 @@ def load_catalog(
         loaded.append(library)
     generation = previous.generation + 1 if previous else 1
     models, kept, conflicts = group_by_model(loaded)
-    return Catalog(generation, tuple(kept), models, tuple(problems + conflicts))
+    refused = [library for library in loaded if not any(library is taken for taken in kept)]
+    public_problems += sum(1 for library in refused if library.visible_bit_count(frozenset()))
+    return Catalog(generation, tuple(kept), models, tuple(problems + conflicts), public_problems)
 
 
 def group_by_model(libraries: Iterable[CompiledLibrary]) -> tuple[dict[str, ModelIndex], list[CompiledLibrary], list[str]]:

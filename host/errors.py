@@ -1,17 +1,15 @@
-"""The one error type the HTTP edge turns into `{"error": "..."}` with a status."""
+"""What the core refuses, in words any client may read. The edge picks the status or code.
+
+Every message is one sentence naming what was wrong (the argument, the value); none ever names a
+bit, library or model the caller may not see.
+"""
 
 from __future__ import annotations
 
 
-class HTTPError(Exception):
-    """A request we refuse: `message` is one sentence safe to show to any client."""
-
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers or {}
+class QueryError(ValueError):
+    """A question the host cannot answer as asked (HTTP 400)."""
 
 
-def bad_request(message: str) -> HTTPError:
-    return HTTPError(400, message)
+class NothingLoaded(Exception):
+    """No library is loaded for this caller to ask (HTTP 503)."""

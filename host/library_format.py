@@ -9,12 +9,16 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import json
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 FORMAT_VERSION = 1
+MAX_TOKEN_COUNT = 2**31 - 1  # the compiled form holds token counts as int32
+MAX_EMBEDDING_MAGNITUDE = 1e6  # larger values overflow float32 dot products into inf/NaN
 ADA_002 = "openai.com:text-embedding-ada-002"
 KNOWN_DIMENSIONS = {ADA_002: 1536}
 SORT_TYPES = ("any", "similarity", "manual", "random")
@@ -26,6 +30,30 @@ BIT_KEYS = frozenset({"id", *OMITTABLE_KEYS})
 
 class LibraryFormatError(ValueError):
     """A library file (or an `omit` argument) that breaks the format; the message is one line."""
+
+
+def parse_json(text: str | bytes) -> Any:
+    """Decode JSON text; raises ValueError with one line for anything Python's json would choke on.
+
+    Beyond syntax: nesting deeper than the interpreter's recursion limit, integers of more than
+    4,300 digits, and the non-standard constants NaN and Infinity are all refused, never a crash.
+    """
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ValueError("not valid JSON: nested too deeply") from None
+    except UnicodeDecodeError:
+        raise ValueError("not valid JSON: not UTF-8 text") from None
+    except json.JSONDecodeError as problem:
+        raise ValueError(f"not valid JSON: {str(problem).splitlines()[0]:.200}") from None
+    except ValueError as problem:
+        if "integer string conversion" in str(problem):
+            raise ValueError(f"not valid JSON: a number has more than {sys.get_int_max_str_digits()} digits") from None
+        raise ValueError(f"not valid JSON: {str(problem).splitlines()[0]:.200}") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
 
 
 @dataclass(frozen=True)
@@ -262,8 +290,9 @@ def _parse_bits(
             problems.report(f"{where}.text: must be a string, got {text!r:.40}")
             whole = False
         token_count = bit.get("token_count")
-        if not isinstance(token_count, int) or isinstance(token_count, bool) or token_count < 0:
-            problems.report(f"{where}.token_count: must be an integer >= 0, got {token_count!r}")
+        if not isinstance(token_count, int) or isinstance(token_count, bool) or not 0 <= token_count <= MAX_TOKEN_COUNT:
+            problems.report(
+                f"{where}.token_count: must be an integer from 0 to {MAX_TOKEN_COUNT}, got {token_count!r:.40}")
             whole = False
         info = _parse_info(bit.get("info"), where, problems)
         vector = _parse_embedding(bit.get("embedding"), where, model, expected_dimension, problems)
@@ -318,6 +347,11 @@ def _parse_embedding(
         return None
     if not np.isfinite(vector).all():
         problems.report(f"{where}.embedding: contains NaN or infinity")
+        return None
+    largest = np.abs(vector).max()
+    if largest > MAX_EMBEDDING_MAGNITUDE:
+        problems.report(f"{where}.embedding: has a value of magnitude {largest:.3g}; "
+                        f"values must be at most {MAX_EMBEDDING_MAGNITUDE:g} (dot products would overflow)")
         return None
     return vector
 

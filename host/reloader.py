@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -25,7 +26,6 @@ class Reloadable(Protocol):
     catalog: Catalog
 
     def install(self, catalog: Catalog) -> None: ...
-    def tick(self) -> None: ...
 
 
 def snapshot(root: Path) -> Snapshot:
@@ -41,9 +41,13 @@ def snapshot(root: Path) -> Snapshot:
 
 
 class LibraryWatcher:
+    """Polls `root` every `interval` seconds on its own thread; `also_each_poll` runs there too (the
+    access file is followed that way, so it is current even when no token arrives)."""
+
     def __init__(self, host: Reloadable, root: Path, *, cache_dir: Path | None, max_bytes: int,
-                 interval: float = 1.0) -> None:
+                 interval: float = 1.0, also_each_poll: Callable[[], object] = lambda: None) -> None:
         self.host = host
+        self.also_each_poll = also_each_poll
         self.root = root
         self.cache_dir = cache_dir
         self.max_bytes = max_bytes
@@ -78,7 +82,7 @@ class LibraryWatcher:
             if self._stop.is_set():
                 return
             try:
-                self.host.tick()
+                self.also_each_poll()
                 self._poll()
             except Exception:  # the watcher must outlive any one bad reload
                 log.exception("library reload failed; still serving generation %s", self.host.catalog.generation)

@@ -1,17 +1,27 @@
-"""A Selection turned into the version-1 library a client reads (SPEC §3)."""
+"""Library rows turned into the version-1 libraries clients read (SPEC §2, §3).
+
+`result_bit` is the one place a bit's JSON is built from a compiled row: query results, library
+files served as static assets and the page all use it.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
 import numpy as np
 
-from host.catalog import ModelIndex
 from host.engine import Selection
-from host.library_format import FORMAT_VERSION, Omit, encode_embedding
+from host.index import ModelIndex
+from host.library_format import FORMAT_VERSION, Omit, encode_embedding, parse_omit
+from host.store import CompiledLibrary
 
 RESTRICTED_PREFIX = "Restricted results were omitted. "
+RENDERING = 1  # bumped whenever the same bits would render differently: old ETags must not match
+OMIT_NOTHING = parse_omit("")
+BYTES_AROUND_BITS = 400  # version, model, omit, sort, details
+BYTES_PER_BIT = 200  # keys, punctuation, the id, similarity and token count
 _WORD = re.compile(r"\S+")
 
 
@@ -28,6 +38,51 @@ def cut_text_to_tokens(text: str, token_count: int, budget: int) -> str:
     return text[: words[keep - 1].end()] if keep else ""
 
 
+def result_bit(
+    library: CompiledLibrary,
+    row: int,
+    omit: Omit = OMIT_NOTHING,
+    *,
+    similarity: float | None = None,
+    cut_to_tokens: int | None = None,
+    binary_embedding: bool = False,
+) -> dict[str, Any]:
+    """One bit as clients read it. It carries its canonical `id` (clients compare bits by it) and
+    never its `access_tag`. `cut_to_tokens` cuts the text to that budget (an overflowing first
+    bit); `binary_embedding` gives raw float32 bytes (for msgpack) in place of base64."""
+    record = library.record(row)
+    token_count = int(library.token_counts[row])
+    text = record["text"]
+    if cut_to_tokens is not None:
+        text = cut_text_to_tokens(text, token_count, cut_to_tokens)
+        token_count = cut_to_tokens
+    bit: dict[str, Any] = {"id": library.bit_id(row)}
+    if "text" not in omit:
+        bit["text"] = text
+    if "embedding" not in omit:
+        vector = np.asarray(library.embeddings[row], dtype="<f4")
+        bit["embedding"] = vector.tobytes() if binary_embedding else encode_embedding(vector)
+    if "token_count" not in omit:
+        bit["token_count"] = token_count
+    if "similarity" not in omit and similarity is not None:
+        bit["similarity"] = similarity
+    if "info" not in omit:
+        bit["info"] = record["info"]
+    return bit
+
+
+def selection_bits(index: ModelIndex, selection: Selection, omit: Omit = OMIT_NOTHING, *,
+                   binary_embeddings: bool = False) -> list[dict[str, Any]]:
+    """The selected rows as bits, best first; the first is cut when it alone overflowed the budget."""
+    bits = []
+    for position, (row, score) in enumerate(zip(selection.rows.tolist(), selection.scores.tolist(), strict=True)):
+        library, local = index.locate(row)
+        cut = selection.first_bit_cut_to if position == 0 else None
+        bits.append(result_bit(library, local, omit, similarity=score, cut_to_tokens=cut,
+                               binary_embedding=binary_embeddings))
+    return bits
+
+
 def build_result(
     index: ModelIndex,
     selection: Selection,
@@ -37,8 +92,8 @@ def build_result(
     restricted_count: bool = False,
     restricted_message: str = "",
 ) -> dict[str, Any]:
-    """The result library. `binary_embeddings` puts raw float32 bytes (for msgpack) in place of base64."""
-    bits = [] if omit.everything else _bits(index, selection, omit, binary_embeddings)
+    """The result library of a query (SPEC §3)."""
+    bits = [] if omit.everything else selection_bits(index, selection, omit, binary_embeddings=binary_embeddings)
     details: dict[str, Any] = {"counts": {"bits": len(selection.rows)}}
     if restricted_count:
         details["counts"]["restricted"] = selection.restricted
@@ -54,27 +109,58 @@ def build_result(
     }
 
 
-def _bits(index: ModelIndex, selection: Selection, omit: Omit, binary: bool) -> list[dict[str, Any]]:
-    bits = []
-    for position, (row, score) in enumerate(zip(selection.rows.tolist(), selection.scores.tolist())):
-        library, local = index.locate(row)
-        record = library.record(local)
-        token_count = int(library.token_counts[local])
-        text = record["text"]
-        if position == 0 and selection.first_bit_cut_to is not None:
-            text = cut_text_to_tokens(text, token_count, selection.first_bit_cut_to)
-            token_count = selection.first_bit_cut_to
-        bit: dict[str, Any] = {"id": library.bit_id(local)}  # stable: clients compare bits by it
-        if "text" not in omit:
-            bit["text"] = text
-        if "embedding" not in omit:
-            vector = np.asarray(library.embeddings[local], dtype="<f4")
-            bit["embedding"] = vector.tobytes() if binary else encode_embedding(vector)
-        if "token_count" not in omit:
-            bit["token_count"] = token_count
-        if "similarity" not in omit:
-            bit["similarity"] = score
-        if "info" not in omit:
-            bit["info"] = record["info"]
-        bits.append(bit)
-    return bits
+def estimated_answer_bytes(index: ModelIndex, selection: Selection, omit: Omit, *, binary_embeddings: bool) -> int:
+    """About how many bytes `build_result` would render to, known before rendering any of it.
+
+    A bit's record (text and info) takes about as many bytes in JSON as in its stored msgpack form;
+    its embedding takes 4 bytes a value, 4/3 of that in base64.
+    """
+    if omit.everything or not len(selection.rows):
+        return BYTES_AROUND_BITS
+    per_bit = BYTES_PER_BIT
+    if "embedding" not in omit:
+        per_bit += index.dimension * 4 if binary_embeddings else -(-index.dimension * 4 // 3) * 4
+    records = 0
+    if "text" not in omit or "info" not in omit:
+        for position, library in enumerate(index.libraries):
+            start, stop = index.offsets[position], index.offsets[position + 1]
+            local = selection.rows[(selection.rows >= start) & (selection.rows < stop)] - start
+            records += int((library.record_offsets[local + 1] - library.record_offsets[local]).sum())
+    return BYTES_AROUND_BITS + len(selection.rows) * per_bit + records
+
+
+def library_header(library: CompiledLibrary, bit_count: int) -> dict[str, Any]:
+    """A published library without its bits (SPEC §2): `bits` comes last, so the file can be streamed."""
+    details: dict[str, Any] = {"counts": {"bits": bit_count}}
+    if isinstance(library.details.get("message"), str):
+        details["message"] = library.details["message"]
+    return {
+        "version": FORMAT_VERSION,
+        "embedding_model": library.embedding_model,
+        "omit": "",
+        "sort": "any",
+        "details": details,
+        "bits": [],
+    }
+
+
+def visible_digest(library: CompiledLibrary, granted: frozenset[str]) -> str:
+    """A digest of what a caller holding `granted` gets as this library's file: a strong validator.
+
+    Public bits alone use the digest made at compile time; with tags, the visible bits are hashed
+    in order, which costs one pass over them (the edge keeps the result).
+    """
+    if not any(tag in library.tags for tag in granted):
+        return hashlib.sha256(f"{RENDERING}:{library.public_digest}".encode()).hexdigest()
+    digest = hashlib.sha256(f"{RENDERING}:{library.embedding_model}:{library.details.get('message')!r}".encode())
+    for row in np.flatnonzero(library.visible_rows(granted)).tolist():
+        start, end = library.record_offsets[row], library.record_offsets[row + 1]
+        digest.update(library.ids[row].tobytes() + library.token_counts[row].tobytes())
+        digest.update(library.embeddings[row].tobytes() + library.records[start:end].tobytes())
+    return digest.hexdigest()
+
+
+def publish_library(library: CompiledLibrary, granted: frozenset[str]) -> dict[str, Any]:
+    """A compiled library published back as a version-1 file, holding only what `granted` may see."""
+    bits = [result_bit(library, row) for row in np.flatnonzero(library.visible_rows(granted)).tolist()]
+    return {**library_header(library, len(bits)), "bits": bits}

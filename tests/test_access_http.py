@@ -37,13 +37,13 @@ import httpx
 import jwt
 import numpy as np
 import pytest
+from librarian import TEST_MODEL, b64, brute_force_ranking, unit_vectors, write_library
 from starlette.applications import Starlette
 
 import access.cli
 from access import AccessControl, files
-from host.app import create_app
 from host.settings import Settings
-from librarian import TEST_MODEL, b64, brute_force_ranking, unit_vectors, write_library
+from host.web.app import create_app
 
 pytestmark = pytest.mark.anyio
 
@@ -442,7 +442,7 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("search", [{"search": "approximate", "oversample": 8},
-                                    {"search": "auto", "approximate_from_bits": 400, "oversample": 8}],
+                                    {"search": "auto", "approximate_from": 400, "oversample": 8}],
                          ids=["approximate", "auto, over the threshold only with the private bits"])
 async def test_an_anonymous_answer_is_byte_identical_with_approximate_search_too(
     big: dict[str, Path], world: World, search: dict[str, Any]
@@ -781,6 +781,24 @@ async def test_with_restricted_counts_on_a_private_only_model_answers_with_the_c
     assert result["bits"] == [] and result["details"]["counts"] == {"bits": 0, "restricted": 2}
 
 
+@pytest.mark.parametrize("signal", ["count", "message"])
+async def test_with_restricted_signals_on_a_private_only_model_is_still_never_named_nor_the_default(
+    tmp_path: Path, restricted_access: Path, signal: str
+) -> None:
+    set_restricted(restricted_access, **({"count": True} if signal == "count" else {"message": "Ask us."}))
+    libraries = tmp_path / "libraries"
+    write_library(libraries / "public.json", library(public_bits()))
+    write_library(libraries / "access" / "alpha" / "secret-model.json",
+                  {**library(private_bits("alpha", unit_vectors(2, 4, seed=80))), "embedding_model": "acme:secret-4"})
+    async with connect(make_app(libraries, restricted_access)) as client:
+        unnamed = await ask(client, {k: v for k, v in query(QUERIES["random"]).items() if k != "query_embedding_model"})
+        unknown = await ask(client, {**query(QUERIES["random"]), "query_embedding_model": "acme:nothing-4"})
+
+    assert unnamed.status_code == 200 and unnamed.json()["embedding_model"] == TEST_MODEL
+    assert unknown.status_code == 400
+    assert_clean(unknown, "acme:secret-4", "confidential")
+
+
 # ---- every token failure is a 401 ---------------------------------------------------------------------
 
 
@@ -812,7 +830,7 @@ async def test_every_token_failure_is_a_401_with_a_reason_and_a_challenge(
 # ---- cache headers ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("endpoint", ENDPOINTS + ["GET /libraries/access/beta/plans.json"])
+@pytest.mark.parametrize("endpoint", [*ENDPOINTS, "GET /libraries/access/beta/plans.json"])
 @pytest.mark.parametrize("via", ["field", "bearer"])
 @pytest.mark.parametrize("credential", ["alpha", "legacy alpha", "sk_unknown_opaque"])
 async def test_a_response_to_a_request_carrying_a_token_is_private(

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from host.catalog import ModelIndex, load_catalog
-from host.engine import EXACT, Search, rank
-from host.library_format import ADA_002
 from librarian import TEST_MODEL, make_library, write_library
+
+from host.catalog import load_catalog
+from host.engine import EXACT, Search, rank
+from host.index import ModelIndex
+from host.library_format import ADA_002
 
 NOBODY: frozenset[str] = frozenset()
 

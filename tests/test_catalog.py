@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from librarian import TEST_MODEL, make_library, unit_vectors, write_library
 
 from host.catalog import Catalog, LibraryFile, access_tag_for, discover, load_catalog
 from host.library_format import ADA_002
-from librarian import TEST_MODEL, make_library, unit_vectors, write_library
 
 
 def distinct_library(site: str, count: int = 2, seed: int = 0, **top) -> dict:
@@ -135,7 +135,7 @@ def test_a_file_breaking_the_format_is_reported_with_file_bit_and_field(tmp_path
 
     catalog = load(root)
 
-    assert catalog.problems == (f"{root / 'bad.json'}: bits[2].token_count: must be an integer >= 0, got -1",)
+    assert catalog.problems == (f"{root / 'bad.json'}: bits[2].token_count: must be an integer from 0 to 2147483647, got -1",)
     assert [library.name for library in catalog.libraries] == ["good"]
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from librarian import TEST_MODEL, b64, brute_force_ranking, make_library, unit_vectors, write_library
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -63,6 +62,11 @@ def test_top_level_help_lists_the_commands(tmp_path):
     assert result.returncode == 0
     for command in ["serve", "build", "validate", "access", "token"]:
         assert f"    {command} " in result.stdout
+
+
+def test_version_names_the_installed_version(tmp_path):
+    result = polymath_host("--version", cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.startswith("polymath-host ")
 
 
 def test_no_command_prints_help_and_fails(tmp_path):
@@ -239,7 +243,8 @@ def test_serve_with_no_arguments_serves_the_libraries_folder_it_finds(tmp_path, 
 
     assert [library["name"] for library in listed] == ["essays"]  # access/staff/plans needs a token
     assert answer.status_code == 200 and len(answer.json()["bits"]) == 2
-    assert "(public bits only: no access file)" in (tmp_path / "serve.log").read_text()
+    log = (tmp_path / "serve.log").read_text()
+    assert "(public bits only until access.SECRET.json is created: polymath-host access init)" in log
 
 
 def test_serve_reuses_what_build_compiled(tmp_path, libraries, serve_here):
@@ -257,7 +262,7 @@ def test_serve_reuses_what_build_compiled(tmp_path, libraries, serve_here):
 def test_serve_limits_each_querys_matrix_product_to_one_blas_thread_by_default():
     probe = (
         "import numpy, threadpoolctl\n"
-        "from host.cli import limit_blas_threads\n"
+        "from host.process import limit_blas_threads\n"
         "from host.settings import Settings\n"
         "limit_blas_threads(Settings().blas_threads)\n"
         "print(sorted({pool['num_threads'] for pool in threadpoolctl.threadpool_info() if pool['user_api'] == 'blas'}))\n"

@@ -23,7 +23,6 @@ from typing import Any, Protocol
 
 import numpy as np
 import pytest
-
 from conftest import PROJECT, RunningHost, start_host, stop_host
 
 HARNESS = PROJECT / "tests" / "js_client"

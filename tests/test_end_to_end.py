@@ -28,7 +28,6 @@ import httpx
 import msgpack
 import numpy as np
 import pytest
-
 from conftest import RunningHost, start_host, stop_host
 from librarian import TEST_MODEL, b64, brute_force_ranking, make_library, unit_vectors, write_library
 

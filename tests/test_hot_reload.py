@@ -1,7 +1,7 @@
 """Hot publishing against a real server: files added, replaced, deleted, broken, and SIGHUP.
 
 The server polls its libraries folder every 0.2 s. What must hold: a published file becomes
-queryable, a replacement swaps the content (and the generation in /readyz goes up), a deletion
+queryable, a replacement swaps the content (and the public generation in /readyz goes up), a deletion
 removes it, a malformed or half-written replacement is refused with a log line naming the file
 while the previous version keeps serving, SIGHUP reloads at once, a corrupt compiled cache is
 rebuilt rather than trusted, the access file is followed without a restart, and no temporary
@@ -24,7 +24,6 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-
 from conftest import PROJECT, RunningHost, start_host, stop_host
 from librarian import TEST_MODEL, b64, unit_vectors, write_library
 
@@ -62,7 +61,7 @@ def wait_until(check: Callable[[], Any], timeout: float = 10, what: str = "the c
 
 
 def generation(url: str) -> int:
-    return httpx.get(f"{url}/readyz").json()["generation"]
+    return httpx.get(f"{url}/readyz").json()["public_generation"]
 
 
 def published(url: str, name: str, headers: dict[str, str] | None = None) -> httpx.Response:
@@ -239,7 +238,7 @@ def test_reloads_leave_no_temporary_folders_in_the_compiled_cache(publishing: tu
     assert leftover_temporary_folders(folder / ".compiled") == []
     assert sorted(path.name for path in (folder / ".compiled" / "churn").iterdir()) == [
         "embeddings.npy", "ids.npy", "meta.json", "record_offsets.npy", "records.bin", "sign_codes.npy",
-        "tag_ids.npy", "token_counts.npy"]
+        "tag_ids.npy", "text_index.bin", "text_index.json", "token_counts.npy"]
 
 
 def test_a_corrupt_compiled_cache_is_rebuilt_on_the_next_load_while_serving(
@@ -356,9 +355,6 @@ def test_a_file_published_while_the_server_was_still_loading_is_picked_up(tmp_pa
 
         def install(self, catalog: Catalog) -> None:
             self.catalog = catalog
-
-        def tick(self) -> None:
-            pass
 
     host = Host(catalog)
     watcher = LibraryWatcher(host, folder, cache_dir=None, max_bytes=1 << 30, interval=0.05)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,15 +18,15 @@ import httpx
 import msgpack
 import numpy as np
 import pytest
+from librarian import TEST_MODEL, b64, brute_force_ranking, make_bit, make_library, unit_vectors, write_library
 from starlette.applications import Starlette
 
 from access import AccessControl
 from access.keys import generate_key_entry
 from access.tokens import issue_token
-from host.app import create_app
 from host.library_format import canonical_id
 from host.settings import Settings
-from librarian import TEST_MODEL, b64, brute_force_ranking, make_bit, make_library, unit_vectors, write_library
+from host.web.app import create_app
 
 pytestmark = pytest.mark.anyio
 
@@ -343,6 +343,20 @@ async def test_a_bad_argument_is_a_400_naming_it(client: httpx.AsyncClient, fiel
     assert next(iter(fields)) in error
 
 
+async def test_a_form_body_whose_base64_plus_signs_became_spaces_is_read_as_curl_meant_it(
+    client: httpx.AsyncClient,
+) -> None:
+    with_plus = next(encoded for seed in range(100) if "+" in (encoded := b64(unit_vectors(1, DIMENSION, seed=seed)[0])))
+    fields = {**FIELDS, "query_embedding": with_plus}
+    raw = "&".join(f"{name}={value}" for name, value in fields.items())  # `curl -d`: nothing percent-encoded
+
+    as_curl_sends = await client.post("/", content=raw.encode(), headers={"content-type": "application/x-www-form-urlencoded"})
+    as_json_sends = await client.post("/", json=fields)
+
+    assert as_curl_sends.status_code == 200, as_curl_sends.text
+    assert as_curl_sends.content == as_json_sends.content
+
+
 async def test_a_bad_argument_in_a_form_is_a_400_too(client: httpx.AsyncClient) -> None:
     response = await client.post("/", **as_multipart_fields({**FIELDS, "count_type": "paragraph"}))
 
@@ -350,9 +364,12 @@ async def test_a_bad_argument_in_a_form_is_a_400_too(client: httpx.AsyncClient) 
 
 
 @pytest.mark.parametrize(("body", "message"), [
-    (b"{not json", "the body is not valid JSON"),
-    (b"\xff\xfe{}", "the body is not valid JSON"),
-    (b"", "the body is not valid JSON"),
+    (b"{not json", "the body is not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
+    (b"\xff\xfe{}", "the body is not valid JSON: Expecting value: line 1 column 1 (char 0)"),
+    (b"[" * 50_000, "the body is not valid JSON: nested too deeply"),
+    (b'{"count": ' + b"9" * 5000 + b"}", "the body is not valid JSON: a number has more than 4300 digits"),
+    (b'{"count": NaN}', "the body is not valid JSON: NaN is not a JSON value"),
+    (b"", "the body is not valid JSON: Expecting value: line 1 column 1 (char 0)"),
     (b"[1, 2]", "the JSON body must be an object of arguments"),
     (b'"count=3"', "the JSON body must be an object of arguments"),
     (b"null", "the JSON body must be an object of arguments"),
@@ -383,7 +400,7 @@ async def test_a_host_of_several_models_needs_the_model_named(tmp_path: Path) ->
     assert named.status_code == 200 and named.json()["embedding_model"] == "test:unit-4"
 
 
-async def test_a_host_without_libraries_is_not_ready(tmp_path: Path) -> None:
+async def test_a_host_without_libraries_is_ready_and_says_so_but_answers_no_query(tmp_path: Path) -> None:
     (tmp_path / "libraries").mkdir()
     app = Host(tmp_path).app()
 
@@ -391,7 +408,8 @@ async def test_a_host_without_libraries_is_not_ready(tmp_path: Path) -> None:
         ready = await client.get("/readyz")
         query = await client.post("/", json={})
 
-    assert ready.status_code == 503 and ready.json()["public_libraries"] == 0
+    # Readiness never depends on what is loaded: it could not without telling about private libraries.
+    assert ready.status_code == 200 and ready.json()["public_libraries"] == 0
     assert_error(query, 503, "no libraries are loaded on this host yet")
 
 
@@ -674,10 +692,32 @@ async def test_a_published_library_answers_a_conditional_get_with_304(client: ht
     among_others = await client.get("/libraries/science.json", headers={"If-None-Match": f'"other", {etag}'})
     changed = await client.get("/libraries/science.json", headers={"If-None-Match": '"something-else"'})
 
-    assert re.fullmatch(r'"[0-9a-f]+"', etag)
+    assert re.fullmatch(r'"[0-9a-f]+(-gzip)?"', etag)
     assert unchanged.status_code == 304 and unchanged.content == b"" and unchanged.headers["etag"] == etag
     assert among_others.status_code == 304
     assert changed.status_code == 200 and changed.content == first.content
+
+
+async def test_a_library_file_comes_gzipped_when_asked_with_its_own_etag(client: httpx.AsyncClient) -> None:
+    plain = await client.get("/libraries/science.json", headers={"Accept-Encoding": "identity"})
+    zipped = await client.get("/libraries/science.json", headers={"Accept-Encoding": "gzip"})
+    again = await client.get("/libraries/science.json", headers={"Accept-Encoding": "gzip",
+                                                                 "If-None-Match": zipped.headers["etag"]})
+
+    assert "content-encoding" not in plain.headers and zipped.headers["content-encoding"] == "gzip"
+    assert zipped.content == plain.content  # httpx undoes the gzip: the same file
+    assert zipped.headers["etag"] != plain.headers["etag"]  # two representations, two validators
+    assert "Accept-Encoding" in zipped.headers["vary"] and again.status_code == 304
+
+
+async def test_if_none_match_compares_weakly_as_rfc_9110_says(client: httpx.AsyncClient) -> None:
+    etag = (await client.get("/libraries/science.json")).headers["etag"]
+
+    weak = await client.get("/libraries/science.json", headers={"If-None-Match": f"W/{etag}"})
+    anything = await client.get("/libraries/science.json", headers={"If-None-Match": "*"})
+
+    assert weak.status_code == 304  # a CDN that weakened our tag still gets its 304
+    assert anything.status_code == 304
 
 
 async def test_the_anonymous_etag_does_not_reveal_private_bits(tmp_path: Path) -> None:
@@ -731,7 +771,10 @@ async def test_metrics_count_queries(client: httpx.AsyncClient) -> None:
     assert counter(after.text, "polymath_query_seconds_count") == counter(before.text, "polymath_query_seconds_count") + 2
     assert counter(after.text, "polymath_public_libraries_loaded") == 1
     assert counter(after.text, "polymath_public_bits_loaded") == 10  # private bits are not counted
-    assert all(re.fullmatch(r'[a-z_]+(\{[^}]*\})? [0-9.e+-]+', line) for line in after.text.splitlines())
+    samples = [line for line in after.text.splitlines() if not line.startswith("# ")]
+    assert all(re.fullmatch(r'[a-z_]+(\{[^}]*\})? [0-9.e+-]+', line) for line in samples)
+    assert "# TYPE polymath_queries_total counter" in after.text
+    assert "# HELP polymath_query_seconds " in after.text
 
 
 async def test_openapi_describes_the_endpoints(client: httpx.AsyncClient) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from librarian import TEST_MODEL, b64, make_bit, make_library, unit_vectors
 
 from host.library_format import (
     ADA_002,
@@ -22,7 +23,6 @@ from host.library_format import (
     parse_library,
     parse_omit,
 )
-from librarian import TEST_MODEL, b64, make_bit, make_library, unit_vectors
 
 
 def three_bit_library(**top: Any) -> dict[str, Any]:
@@ -95,10 +95,23 @@ def test_missing_text_names_the_bit_and_field():
     assert problem_with(with_second_bit(text=...)).startswith("bits[1].text: must be a string")
 
 
-@pytest.mark.parametrize("token_count", [-1, 1.5, 87.0, True, "87", None])
-def test_token_count_must_be_a_non_negative_integer(token_count):
+@pytest.mark.parametrize("token_count", [-1, 1.5, 87.0, True, "87", None, 2**31, 3_000_000_000, 2**63, 10**30])
+def test_token_count_must_be_an_integer_the_compiled_form_holds_exactly(token_count):
     message = problem_with(with_second_bit(token_count=token_count))
-    assert message == f"bits[1].token_count: must be an integer >= 0, got {token_count!r}"
+    assert message == f"bits[1].token_count: must be an integer from 0 to 2147483647, got {token_count!r:.40}"
+
+
+def test_the_largest_token_count_the_compiled_form_holds_is_accepted():
+    assert parse_library(with_second_bit(token_count=2**31 - 1)).token_counts[1] == 2**31 - 1
+
+
+@pytest.mark.parametrize("value", [3e38, -2e6, 1e6 * 1.0001])
+def test_embedding_values_that_would_overflow_a_dot_product_are_refused(value):
+    vector = np.zeros(8, dtype=np.float32)
+    vector[3] = value
+    message = problem_with(with_second_bit(embedding=b64(vector)))
+    assert message.startswith("bits[1].embedding: has a value of magnitude ")
+    assert message.endswith("values must be at most 1e+06 (dot products would overflow)")
 
 
 def test_zero_token_count_is_allowed():
@@ -334,12 +347,12 @@ def test_version_0_bits_are_validated_like_version_1_bits():
 
 
 def test_canonical_id_is_sha256_of_stripped_url_newline_stripped_text():
-    expected = hashlib.sha256("https://a.example/x\nSome text.".encode()).hexdigest()
+    expected = hashlib.sha256(b"https://a.example/x\nSome text.").hexdigest()
     assert canonical_id("  https://a.example/x\n", "\tSome text.  ") == expected
 
 
 def test_canonical_id_hashes_utf8():
-    assert canonical_id("u", "café") == hashlib.sha256("u\ncafé".encode("utf-8")).hexdigest()
+    assert canonical_id("u", "café") == hashlib.sha256("u\ncafé".encode()).hexdigest()
 
 
 def test_parsed_ids_are_canonical_whatever_id_the_file_gives():

@@ -23,14 +23,14 @@ from pathlib import Path
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from librarian import TEST_MODEL, b64, exact_dot_products, reference_budget
 
-from host.catalog import ModelIndex
 from host.engine import Search, apply_budget, rank
-from host.errors import HTTPError
-from host.query_args import COUNT_TYPES, QueryArgs, parse_query_args
+from host.index import ModelIndex
 from host.sign_codes import sign_codes
 from host.store import CompiledLibrary, SourceKey
-from librarian import TEST_MODEL, b64, reference_budget
+from host.web.errors import HTTPError
+from host.web.query_args import COUNT_TYPES, QueryArgs, parse_query_args
 
 DIMENSION = 8
 TAGS = ("a", "b")
@@ -204,7 +204,7 @@ def test_exact_rank_is_the_visible_brute_force_ranking_cut_by_the_budget(
     assert selection.rows.tolist() == ranked[:taken]
     assert selection.first_bit_cut_to == cut_to
     vectors = np.concatenate([member.vectors for member in members])
-    np.testing.assert_array_equal(selection.scores, vectors[selection.rows] @ query)
+    np.testing.assert_array_equal(selection.scores, exact_dot_products(vectors[selection.rows], query))
     returned_tokens = tokens[selection.rows]
     if count_type == "token" and cut_to is None:
         assert returned_tokens.sum() <= count
@@ -226,7 +226,7 @@ def assert_obeys_the_budget(selection, index: ModelIndex, members: list[Library]
     visible = set(reference_rows(members, query, granted))
     rows = selection.rows.tolist()
     assert len(set(rows)) == len(rows) and set(rows) <= visible, "a hidden or repeated bit"
-    np.testing.assert_array_equal(selection.scores, vectors[rows] @ query)  # re-scored exactly
+    np.testing.assert_array_equal(selection.scores, exact_dot_products(vectors[rows], query))  # re-scored exactly
     assert all(earlier >= later for earlier, later in zip(selection.scores, selection.scores[1:]))
     if count_type == "bit":
         assert len(rows) == min(count, len(visible)) and selection.first_bit_cut_to is None
@@ -277,7 +277,7 @@ def test_approximate_search_covering_the_library_returns_the_exact_rows(
     built: tuple[ModelIndex, list[Library]], query: np.ndarray, granted: frozenset[str], count: int,
     count_type: str,
 ) -> None:
-    index, members = built
+    index, _ = built
     kwargs = {"granted": granted, "count": count, "count_type": count_type}
     exact = rank(index, query, **kwargs)  # type: ignore[arg-type]
     approximate = rank(index, query, search=Search(approximate=True, oversample=index.bit_count), **kwargs)  # type: ignore[arg-type]

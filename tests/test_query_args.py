@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from host.errors import HTTPError
-from host.library_format import parse_omit
-from host.query_args import MAX_QUERY_MAGNITUDE, QueryArgs, parse_query_args, query_vector
 from librarian import TEST_MODEL, b64
+
+from host.library_format import parse_omit
+from host.web.errors import HTTPError
+from host.web.query_args import MAX_QUERY_MAGNITUDE, QueryArgs, parse_query_args, query_vector
 
 untimed = settings(deadline=None)  # a cold first example may be slow on a busy machine; only answers matter
 

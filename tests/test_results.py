@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import base64
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from librarian import TEST_MODEL, make_bit, unit_vectors, write_library
 
-from host.catalog import ModelIndex, load_catalog
+from host.catalog import load_catalog
 from host.engine import Selection, rank
+from host.index import ModelIndex
 from host.library_format import canonical_id, parse_omit
 from host.results import build_result, cut_text_to_tokens
-from librarian import TEST_MODEL, make_bit, unit_vectors, write_library
 
 untimed = settings(deadline=None)  # a cold first example may be slow on a busy machine; only answers matter
 

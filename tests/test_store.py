@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from librarian import TEST_MODEL, make_library, unit_vectors, write_library
 
 from host.library_format import LibraryFormatError, canonical_id, parse_library
 from host.store import CompiledLibrary, StoreError, file_sha256, load_library, open_compiled
-from librarian import TEST_MODEL, make_library, unit_vectors, write_library
 
 COMPILED_FILES = {  # at least these; the store may add more arrays
     "embeddings.npy", "token_counts.npy", "tag_ids.npy", "ids.npy",
@@ -304,7 +304,7 @@ def test_file_at_the_size_limit_loads(source):
 def test_invalid_json_source_says_so(tmp_path):
     source = tmp_path / "lib.json"
     source.write_text("{not json")
-    with pytest.raises(LibraryFormatError, match="^not valid JSON: "):
+    with pytest.raises(LibraryFormatError, match=r"^not valid JSON: "):
         load(source)
 
 

@@ -31,7 +31,7 @@ def test_every_problem_is_listed_in_file_order():
     assert library_problems(broken_in_three_places()) == [
         "sort: expected one of any, similarity, manual, random, got 'newest'",
         "bits[1].text: must be a string, got None",
-        "bits[1].token_count: must be an integer >= 0, got -1",
+        "bits[1].token_count: must be an integer from 0 to 2147483647, got -1",
         f"bits[3].embedding: has 7 dimensions, expected 8 for {TEST_MODEL}",
     ]
 
@@ -58,7 +58,7 @@ def test_a_bad_version_is_reported_and_the_rest_still_checked():
     library["bits"][1]["token_count"] = "7"
     assert library_problems(library) == [
         "version: expected 0 or 1, got None",
-        "bits[1].token_count: must be an integer >= 0, got '7'",
+        "bits[1].token_count: must be an integer from 0 to 2147483647, got '7'",
     ]
 
 
@@ -84,6 +84,8 @@ def with_change(change: str) -> Any:
         "info": lambda: bits[0].update(info=None),
         "base64": lambda: bits[1].update(embedding="!!"),
         "nan": lambda: bits[1].update(embedding=b64([np.nan] * 8)),
+        "magnitude": lambda: bits[1].update(embedding=b64([1e7] * 8)),
+        "huge token count": lambda: bits[0].update(token_count=2**31),
         "access tag": lambda: bits[2].update(access_tag=""),
         "version 0": lambda: library.update(version=0),
     }
@@ -92,7 +94,8 @@ def with_change(change: str) -> Any:
 
 
 @pytest.mark.parametrize("change", ["not an object", "version", "model", "omit", "omit key", "details", "bit kind",
-                                    "unknown key", "info", "base64", "nan", "access tag", "version 0"])
+                                    "unknown key", "info", "base64", "nan", "magnitude", "huge token count",
+                                    "access tag", "version 0"])
 def test_the_first_problem_is_exactly_what_parse_library_says(change):
     with pytest.raises(LibraryFormatError) as refused:
         parse_library(with_change(change))
@@ -121,7 +124,7 @@ def test_validate_prints_every_problem_of_every_file(tmp_path):
     assert lines == [
         f"{a}: sort: expected one of any, similarity, manual, random, got 'newest'",
         f"{a}: bits[1].text: must be a string, got None",
-        f"{a}: bits[1].token_count: must be an integer >= 0, got -1",
+        f"{a}: bits[1].token_count: must be an integer from 0 to 2147483647, got -1",
         f"{a}: bits[3].embedding: has 7 dimensions, expected 8 for {TEST_MODEL}",
         f"{b}: bits[0].info.url: must be a non-empty string, got None",
         f"{good}: ok, 2 bits, {TEST_MODEL}, dimension 8",

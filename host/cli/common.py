@@ -1,0 +1,43 @@
+"""What every command shares: options made from `Settings` fields (one name, one default, one help
+text), and messages to the user on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import typing
+from dataclasses import MISSING, fields
+from pathlib import Path
+from typing import Any
+
+from host.settings import Settings
+
+_TYPES: dict[Any, type] = {int: int, float: float, str: str, Path: Path, Path | None: Path, str | None: str}
+
+
+def add_setting_options(parser: argparse.ArgumentParser, *names: str) -> None:
+    """Add `--field-name` for the named Settings fields (all that have option metadata when none are named)."""
+    hints = typing.get_type_hints(Settings)
+    for item in fields(Settings):
+        if (names and item.name not in names) or (not names and not item.metadata):
+            continue
+        default = item.default if item.default is not MISSING else None
+        parser.add_argument(
+            "--" + item.name.replace("_", "-"),
+            dest=item.name,
+            type=_TYPES[hints[item.name]],
+            default=default,
+            metavar=item.metadata.get("metavar"),
+            choices=item.metadata.get("choices"),
+            help=item.metadata["help"].replace("%(default)s", _shown(default)),
+        )
+
+
+def _shown(default: Any) -> str:
+    if isinstance(default, bool) or not isinstance(default, int | float):
+        return str(default)
+    return f"{default:,}" if isinstance(default, int) else f"{default:g}"
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

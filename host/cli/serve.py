@@ -1,0 +1,92 @@
+"""`polymath-host serve`: load the libraries and answer queries over HTTP."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from access import AccessConfigError, AccessControl
+from host.catalog import load_catalog
+from host.cli.common import add_setting_options, say
+from host.process import LOG_LEVEL_VARIABLE, configure_logging, limit_blas_threads
+from host.settings import ENVIRONMENT_VARIABLE, Settings
+
+DEFAULT_ACCESS_FILE = Path("access.SECRET.json")
+
+
+def register(commands: Any) -> None:
+    serve = commands.add_parser("serve", help="serve the libraries over HTTP", description=(
+        "Load (compiling on demand) every library file under --libraries and answer Polymath queries."))
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to bind (default 127.0.0.1, this machine only; 0.0.0.0 listens on every interface)")
+    serve.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    serve.add_argument("--workers", type=int, default=1,
+                       help="worker processes (default 1); they share the memory-mapped libraries")
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_setting_options(serve)
+    serve.set_defaults(func=serve_command)
+
+
+def serve_command(args: argparse.Namespace) -> int:
+    from host.web import server
+    from host.web.app import create_app, embedders_for
+
+    configure_logging(args.log_level)
+    settings = Settings.from_arguments(args)
+    if not settings.libraries.exists():
+        say(f"error: {settings.libraries} does not exist; pass --libraries PATH (a folder of library files)")
+        return 1
+    # The default file is watched even while absent: `access init` after `serve` switches access on.
+    access_file = settings.access or DEFAULT_ACCESS_FILE
+    if settings.access is not None and not access_file.exists():
+        say(f"error: access file {access_file} does not exist; "
+            f"create it with: polymath-host access init --access {access_file}")
+        return 1
+    settings = dataclasses.replace(settings, access=access_file)
+    try:
+        access_control = AccessControl.from_file(access_file)
+    except AccessConfigError as problem:
+        say(f"error: {problem}")
+        return 1
+    limit_blas_threads(settings.blas_threads)
+    started = time.perf_counter()
+    catalog = load_catalog(settings.libraries, cache_dir=settings.cache_dir, max_bytes=settings.max_library_bytes,
+                           progress=say)
+    for skipped in catalog.problems:
+        say(f"skipped {skipped}")
+    bits = sum(library.bit_count for library in catalog.libraries)
+    say(f"loaded {len(catalog.libraries)} libraries ({bits:,} bits) in {time.perf_counter() - started:.2f} s"
+        + (f"; {len(catalog.problems)} skipped (see above)" if catalog.problems else ""))
+    try:
+        embedders = embedders_for(settings, catalog)
+    except ValueError as problem:
+        say(f"error: {problem}")
+        return 1
+    unembedded = sorted(set(catalog.models) - set(embedders.models))
+    if embedders.models:
+        say(f"text queries for {', '.join(embedders.models)}")
+    if unembedded:
+        say(f"no text queries for {', '.join(unembedded)} (send query_embedding, or see --embedder-url)")
+    say(f"serving on http://{args.host}:{args.port}/" + (
+        f" with access rules from {access_file}" if access_file.exists() else
+        f" (public bits only until {access_file} is created: polymath-host access init)"))
+    where = {"host": args.host, "port": args.port, "workers": args.workers, "log_level": args.log_level}
+    if args.workers > 1:
+        # Workers are separate processes: they get the settings through the environment and
+        # open the libraries this process has just compiled.
+        os.environ[ENVIRONMENT_VARIABLE] = settings.to_environment()
+        os.environ[LOG_LEVEL_VARIABLE] = args.log_level
+        server.run("host.web.app:app_from_environment", settings, **where)
+    else:
+        app = create_app(settings, catalog=catalog, access=access_control, embedders=embedders)
+        # uvicorn re-raises SIGTERM after its graceful shutdown, which would kill us with -15;
+        # a stop we were asked for is a clean exit (0), as it already is with --workers N.
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+        server.run(app, settings, **where)
+    return 0

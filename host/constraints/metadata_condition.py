@@ -1,0 +1,111 @@
+"""RAGFlow's `metadata_condition`, translated onto the constraint syntax tree.
+
+    {"logic": "and" | "or",
+     "conditions": [{"name": "title", "comparison_operator": "contains", "value": "bible"}, ...]}
+
+Fields (`name`) are the constraint labels. Operators are RAGFlow's: contains, not contains,
+start with, end with, empty, not empty, =, ≠, >, <, ≥, ≤, and the aliases RAGFlow's
+convert_conditions accepts (is, not is, !=, >=, <=). As in RAGFlow's meta_filter:
+
+- contains / not contains / start with / end with work on the whole value, case-insensitively
+  (substrings: "contains": "bib" finds "Bible").
+- = ≠ > < ≥ ≤ compare as numbers when both the value and the field's value are numbers
+  (float()), else as strings. Strings are compared case-insensitively (folded, see words.py), in
+  code point order: "b" > "a", "b" > "abc", "B" = "b". A missing field is the empty string.
+- empty / not empty: whether the field's value is the empty string (or absent).
+
+On `text` (too large to keep a second copy of) only the word operators exist: contains and not
+contains match the value's words as a phrase (whole words), empty / not empty whether the text
+has any word. `library` is the library's name. An empty condition list restricts nothing.
+Anything else is a ConstraintError naming the condition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, cast, get_args
+
+from host.constraints.errors import ConstraintError
+from host.constraints.parser import MAX_CHARS, MAX_TERMS
+from host.constraints.syntax import And, Compare, Everything, Node, Not, Operator, Or, Words
+from host.constraints.words import LABELS, fold, words
+
+ALIASES: dict[str, Operator] = {"is": "=", "not is": "≠", "!=": "≠", ">=": "≥", "<=": "≤"}
+OPERATORS: tuple[str, ...] = get_args(Operator)
+TEXT_OPERATORS = ("contains", "not contains", "empty", "not empty")
+CONDITION_KEYS = ("name", "comparison_operator", "value")
+
+
+def parse_metadata_condition(value: Any) -> Node:
+    """A RAGFlow metadata_condition -> a syntax tree (Everything when it restricts nothing)."""
+    where = "metadata_condition"
+    if value is None or (isinstance(value, Mapping) and not value):
+        return Everything()
+    if not isinstance(value, Mapping):
+        raise ConstraintError(f"{where} must be an object, got {type(value).__name__}")
+    unknown = sorted(set(value) - {"logic", "conditions"})
+    if unknown:
+        raise ConstraintError(f"unknown key {unknown[0]!r} in {where}; it has logic and conditions")
+    logic = value.get("logic", "and")
+    if logic not in ("and", "or"):
+        raise ConstraintError(f"{where}.logic must be 'and' or 'or', got {logic!r}")
+    conditions = value.get("conditions", [])
+    if not isinstance(conditions, list):
+        raise ConstraintError(f"{where}.conditions must be a list, got {type(conditions).__name__}")
+    if len(conditions) > MAX_TERMS:
+        raise ConstraintError(f"{where} has {len(conditions)} conditions, over the limit of {MAX_TERMS}")
+    if not conditions:
+        return Everything()
+    total = sum(len(str(condition.get("value", ""))) for condition in conditions if isinstance(condition, Mapping))
+    if total > MAX_CHARS:
+        raise ConstraintError(f"{where} holds over {MAX_CHARS} characters of values")
+    nodes = tuple(_condition(condition, f"{where}.conditions[{number}]") for number, condition in enumerate(conditions))
+    if len(nodes) == 1:
+        return nodes[0]
+    return And(nodes) if logic == "and" else Or(nodes)
+
+
+def _condition(condition: Any, where: str) -> Node:
+    if not isinstance(condition, Mapping):
+        raise ConstraintError(f"{where} must be an object, got {type(condition).__name__}")
+    unknown = sorted(set(condition) - set(CONDITION_KEYS))
+    if unknown:
+        raise ConstraintError(f"unknown key {unknown[0]!r} in {where}; a condition has {', '.join(CONDITION_KEYS)}")
+    field = condition.get("name")
+    if not isinstance(field, str) or field not in LABELS:
+        raise ConstraintError(f"unknown field {field!r} in {where}.name; fields are {', '.join(LABELS)}")
+    given = condition.get("comparison_operator")
+    operator = ALIASES.get(given, given) if isinstance(given, str) else given
+    if operator not in OPERATORS:
+        raise ConstraintError(
+            f"unsupported comparison_operator {given!r} in {where}; operators are {', '.join(OPERATORS)}"
+        )
+    value = _value(condition.get("value"), operator, where)
+    if field == "text":
+        return _text_condition(operator, value, where)
+    return Compare(field, cast(Operator, operator), fold(value))
+
+
+def _value(value: Any, operator: str, where: str) -> str:
+    if operator in ("empty", "not empty"):
+        return ""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ConstraintError(f"{where}.value must be a string or a number, got {value!r:.40}")
+    return str(value)
+
+
+def _text_condition(operator: str, value: str, where: str) -> Node:
+    if operator not in TEXT_OPERATORS:
+        raise ConstraintError(
+            f"comparison_operator {operator!r} is not supported on text in {where}; "
+            f"text supports {', '.join(TEXT_OPERATORS)}"
+        )
+    if operator in ("empty", "not empty"):
+        has_words = Words("text", ("",), prefix=True)  # the empty prefix begins every word
+        return Not(has_words) if operator == "empty" else has_words
+    found = words(value)
+    if not found:
+        raise ConstraintError(f"no words in {where}.value {value!r:.40}")
+    match = Words("text", tuple(found))
+    return match if operator == "contains" else Not(match)
+

@@ -1,0 +1,54 @@
+"""Setting up a serving process: logs, BLAS threads, and the listening socket of worker processes.
+
+`serve` calls these in its own process; with `--workers N` every worker calls them again, since a
+worker is a fresh process that inherits only the environment.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+
+LOG_LEVEL_VARIABLE = "POLYMATH_HOST_LOG_LEVEL"  # how `serve --workers N` hands the log level to workers
+ACCESS_LOG = "polymath_host.access_log"
+
+
+def configure_logging(level: str) -> None:
+    """Service logs as text on stderr; the access log as bare JSON lines on stdout, for log shippers."""
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    access_log = logging.getLogger(ACCESS_LOG)
+    if access_log.handlers:
+        return
+    access_lines = logging.StreamHandler(sys.stdout)
+    access_lines.setFormatter(logging.Formatter("%(message)s"))
+    access_log.addHandler(access_lines)
+    access_log.propagate = False
+
+
+def limit_blas_threads(threads: int) -> None:
+    """Applies to this process from now on, numpy already loaded or not; 0 leaves BLAS its own choice."""
+    if threads > 0:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=threads, user_api="blas")
+
+
+def bind_workers_over_tcp() -> None:
+    """Make uvicorn bind the workers' shared socket as TCP.
+
+    uvicorn binds it with proto 0, so asyncio never sets TCP_NODELAY on the workers' connections
+    and every keep-alive answer waits ~40 ms for a delayed ACK (uvicorn issue #3149). The bound
+    socket is rebuilt as TCP; the workers inherit it.
+    """
+    import uvicorn
+
+    bind_socket = uvicorn.Config.bind_socket
+
+    def bind_tcp_socket(config: uvicorn.Config) -> socket.socket:
+        bound = bind_socket(config)
+        if bound.family not in (socket.AF_INET, socket.AF_INET6):
+            return bound
+        return socket.socket(bound.family, bound.type, socket.IPPROTO_TCP, fileno=bound.detach())
+
+    uvicorn.Config.bind_socket = bind_tcp_socket  # type: ignore[method-assign,assignment]

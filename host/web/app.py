@@ -1,0 +1,157 @@
+"""The ASGI app: routes, middleware, error handlers and the library watcher, put together.
+
+Data flows one way: files -> compiled store -> engine -> response. The endpoints only parse
+arguments, ask the query core and render; errors become `{"error": ...}` here, at the edge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from functools import partial
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from access import AccessControl
+from host.catalog import Catalog, load_catalog
+from host.embedders.errors import EmbedderError, NoEmbedder
+from host.embedders.service import Embedders, build_embedders
+from host.errors import NothingLoaded, QueryError
+from host.process import LOG_LEVEL_VARIABLE, configure_logging, limit_blas_threads
+from host.reloader import LibraryWatcher
+from host.settings import Settings
+from host.web.caller import verified_subject
+from host.web.dialects import openai_embeddings
+from host.web.errors import HTTPError, from_core
+from host.web.library_endpoints import library_file, list_libraries
+from host.web.middleware import POLYMATH_LINK, AccessLog, PolymathLinkHeader, RateLimit, RequestBodyGuard
+from host.web.page import home_page
+from host.web.query_endpoint import query_endpoint
+from host.web.responses import error_response
+from host.web.server import prepare_worker
+from host.web.service_endpoints import healthz, metrics, openapi, readyz
+from host.web.state import HostState, host_state
+
+log = logging.getLogger("polymath_host")
+
+ROUTES = [
+    Route("/", query_endpoint, methods=["POST"]),
+    Route("/", home_page, methods=["GET"]),
+    Route("/libraries", list_libraries, methods=["GET"]),
+    Route("/libraries/{name:path}", library_file, methods=["GET"]),
+    Route("/healthz", healthz, methods=["GET"]),
+    Route("/readyz", readyz, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
+    Route("/openapi.json", openapi, methods=["GET"]),
+    Route("/v1/embeddings", openai_embeddings.embeddings, methods=["POST"]),
+]
+
+
+def create_app(settings: Settings, catalog: Catalog | None = None, access: AccessControl | None = None,
+               embedders: Embedders | None = None) -> Starlette:
+    """The ASGI app. Loads libraries, the access file and the embedders unless given them already
+    (ValueError for contradictory embedder settings)."""
+    if catalog is None:
+        catalog = load_catalog(settings.libraries, cache_dir=settings.cache_dir, max_bytes=settings.max_library_bytes)
+    if embedders is None:
+        embedders = embedders_for(settings, catalog)
+    state = HostState(settings, catalog, access or AccessControl.from_file(settings.access), embedders)
+    watcher = LibraryWatcher(state, settings.libraries, cache_dir=settings.cache_dir,
+                             max_bytes=settings.max_library_bytes, interval=settings.watch_interval,
+                             also_each_poll=state.access.reload_if_changed)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if settings.watch_interval > 0:
+            watcher.start()
+            with suppress(NotImplementedError, RuntimeError, ValueError):  # no signals off the main thread
+                asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, watcher.request_reload)
+        state.embedders.start_loading()  # so the first text query does not wait for a model to load
+        yield
+        if settings.watch_interval > 0:
+            watcher.stop()
+        state.embedders.close()
+
+    app = Starlette(
+        routes=ROUTES,
+        middleware=[
+            Middleware(PolymathLinkHeader),
+            Middleware(AccessLog, metrics=state.metrics, generation=lambda: state.catalog.generation),
+            Middleware(RateLimit, per_second=settings.rate_limit, burst=settings.rate_burst,
+                       subject_of=partial(verified_subject, state.access)),
+            Middleware(RequestBodyGuard, max_bytes=settings.max_body_bytes, read_timeout=settings.body_read_timeout),
+        ],
+        lifespan=lifespan,
+        exception_handlers={
+            HTTPError: on_refused,
+            openai_embeddings.OpenAIError: on_openai_refused,
+            QueryError: on_core_refusal,
+            NothingLoaded: on_core_refusal,
+            NoEmbedder: on_core_refusal,
+            EmbedderError: on_core_refusal,
+            HTTPException: on_starlette_error,
+            Exception: on_crash,
+        },
+    )
+    app.state.host = state
+    app.state.watcher = watcher
+    return app
+
+
+def embedders_for(settings: Settings, catalog: Catalog) -> Embedders:
+    """The embedders `serve` was told to keep; an HTTP one learns its dimension from its model's libraries."""
+    library_model = settings.embedder_library_model or (
+        f"openai.com:{settings.embedder_model}" if settings.embedder_model else None)
+    index = catalog.models.get(library_model) if library_model else None
+    return build_embedders(settings.embedder, settings.embedder_url, settings.embedder_model,
+                           settings.embedder_library_model, index.dimension if index else None,
+                           timeout=settings.embedder_timeout)
+
+
+def app_from_environment() -> Starlette:
+    """Factory for `uvicorn --factory` when serving with several workers: set up as `serve` does."""
+    configure_logging(os.environ.get(LOG_LEVEL_VARIABLE, "info"))
+    settings = Settings.from_environment()
+    limit_blas_threads(settings.blas_threads)
+    prepare_worker(settings)
+    return create_app(settings)
+
+
+async def on_refused(request: Request, error: Exception) -> Response:
+    assert isinstance(error, HTTPError)
+    host_state(request).metrics.count("polymath_errors_total", status=str(error.status))
+    return error_response(error)
+
+
+async def on_openai_refused(request: Request, error: Exception) -> Response:
+    assert isinstance(error, openai_embeddings.OpenAIError)
+    host_state(request).metrics.count("polymath_errors_total", status=str(error.status))
+    return openai_embeddings.openai_error_response(error)
+
+
+async def on_core_refusal(request: Request, error: Exception) -> Response:
+    return await on_refused(request, from_core(error))
+
+
+async def on_starlette_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, HTTPException)
+    messages = {404: "there is nothing at this path", 405: f"{request.method} is not allowed on {request.url.path}"}
+    return error_response(HTTPError(error.status_code, messages.get(error.status_code, str(error.detail)),
+                                    dict(error.headers or {})))
+
+
+async def on_crash(request: Request, error: Exception) -> Response:
+    log.exception("internal error on %s %s", request.method, request.url.path)
+    # Starlette sends this response from outside every middleware, so PolymathLinkHeader
+    # never sees it: the Link header is added here.
+    link = {"Link": POLYMATH_LINK.decode()}
+    return error_response(HTTPError(500, "the host failed to answer this request; the error is logged", link))

@@ -1,0 +1,120 @@
+"""`GET /libraries` and `GET /libraries/{name}.json`: what is loaded, and each library as a static file.
+
+A library file is streamed in pieces rendered as they are sent (gzip-compressed when the client
+accepts it), so its size never sets the memory a download takes; small ones are also kept
+rendered. Its ETag digests exactly the bits the caller may see, so it is known before rendering
+and never tells one caller about another's bits.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import AsyncIterator
+from urllib.parse import quote
+
+import numpy as np
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from host.results import library_header, result_bit, visible_digest
+from host.store import CompiledLibrary
+from host.web.caller import request_caller
+from host.web.errors import HTTPError
+from host.web.responses import JSON, accepts_gzip, cache_headers, is_not_modified, render_json
+from host.web.state import HostState, host_state
+
+BITS_PER_PIECE = 256
+
+
+def library_url(name: str) -> str:
+    """Where a library is published; its name comes from a file path, so it is percent-encoded."""
+    return f"/libraries/{quote(name)}.json"
+
+
+async def list_libraries(request: Request) -> Response:
+    """The libraries this caller may see at least one bit of, with the count they may see."""
+    caller = request_caller(request)
+    listed = []
+    for library in host_state(request).catalog.libraries:
+        visible = library.visible_bit_count(caller.access_tags)
+        if visible:
+            listed.append({
+                "name": library.name,
+                "url": library_url(library.name),
+                "embedding_model": library.embedding_model,
+                "dimension": library.dimension,
+                "bits": visible,
+            })
+    headers = cache_headers(caller.token, revalidate=True)
+    return Response(render_json({"libraries": listed}), 200, headers, media_type=JSON)
+
+
+async def library_file(request: Request) -> Response:
+    """A library as a static asset: only the bits the caller may see, with an ETag of exactly those."""
+    state = host_state(request)
+    caller = request_caller(request)
+    name = request.path_params["name"]
+    library = state.catalog.library(name.removesuffix(".json")) if name.endswith(".json") else None
+    if library is None or not library.visible_bit_count(caller.access_tags):
+        raise HTTPError(404, f"there is no library named {name!r:.80}", cache_headers(caller.token, revalidate=True))
+    visible_tags = frozenset(tag for tag in caller.access_tags if tag in library.tags)
+    gzip = accepts_gzip(request.headers.get("accept-encoding", ""))
+    digest = await etag_digest(state, library, visible_tags)
+    etag = f'"{digest[:32]}{"-gzip" if gzip else ""}"'
+    headers = {"ETag": etag, **cache_headers(caller.token, revalidate=True), "Vary": "Authorization, Accept-Encoding"}
+    if gzip:
+        headers["Content-Encoding"] = "gzip"
+    if is_not_modified(request.headers.get("if-none-match", ""), etag):
+        return Response(status_code=304, headers=headers)
+    key = (digest, gzip)
+    cached = state.published.get(key)
+    if cached is not None:
+        return Response(cached, 200, headers, media_type=JSON)
+    return StreamingResponse(_kept_as_sent(state, key, _pieces(library, visible_tags, gzip)), 200, headers,
+                             media_type=JSON)
+
+
+async def etag_digest(state: HostState, library: CompiledLibrary, visible_tags: frozenset[str]) -> str:
+    key = (library.name, library.source_key.sha256, visible_tags)
+    digest = state.etags.get(key)
+    if digest is None:
+        digest = await run_in_threadpool(visible_digest, library, visible_tags)
+        state.etags[key] = digest
+    return digest
+
+
+async def _pieces(library: CompiledLibrary, visible_tags: frozenset[str], gzip: bool) -> AsyncIterator[bytes]:
+    """The file exactly as `render_json(publish_library(...))` would be, a few hundred bits at a time."""
+    rows = np.flatnonzero(library.visible_rows(visible_tags))
+    compressor = zlib.compressobj(6, zlib.DEFLATED, 31) if gzip else None  # wbits 31: a gzip stream
+
+    def encoded(piece: bytes) -> bytes:
+        return compressor.compress(piece) if compressor is not None else piece
+
+    yield encoded(render_json(library_header(library, len(rows)))[: -len(b"]}")])
+    for start in range(0, len(rows), BITS_PER_PIECE):
+        chunk = rows[start : start + BITS_PER_PIECE]
+        rendered = await run_in_threadpool(_render_bits, library, chunk)
+        yield encoded((b"," if start else b"") + rendered)
+    yield encoded(b"]}") + (compressor.flush() if compressor is not None else b"")
+
+
+def _render_bits(library: CompiledLibrary, rows: np.ndarray) -> bytes:
+    return b",".join(render_json(result_bit(library, row)) for row in rows.tolist())
+
+
+async def _kept_as_sent(state: HostState, key: tuple[str, bool], pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Pass the pieces on; keep the whole body rendered if it turns out small enough to cache."""
+    kept: list[bytes] | None = []
+    size = 0
+    async for piece in pieces:
+        if kept is not None:
+            size += len(piece)
+            if state.published.keeps(size):
+                kept.append(piece)
+            else:
+                kept = None
+        yield piece
+    if kept is not None:
+        state.published.put(key, b"".join(kept))

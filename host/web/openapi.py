@@ -1,0 +1,175 @@
+"""The API described as OpenAPI 3 (served at /openapi.json)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+
+
+_QUERY_ARGUMENTS = {
+    "type": "object",
+    "properties": {
+        "version": {"type": "integer", "minimum": 1, "default": 1,
+                    "description": "Highest library format version the client reads."},
+        "query_embedding": {"type": "string", "format": "byte",
+                            "description": "Base64 of the query vector: little-endian float32 or float64."},
+        "query": {"type": "string", "maxLength": 10000,
+                  "description": "The query as text, embedded by the host with the model's embedder "
+                                 "(not together with query_embedding)."},
+        "query_embedding_model": {"type": "string", "description": "Defaults to the host's only model."},
+        "similarity_threshold": {"type": "number",
+                                 "description": "The list ends at the first bit whose similarity is below it."},
+        "constraint": {"description": "A query expression the bits must match (title:, url:, description:, "
+                                      "image_url:, library:, text:; AND/OR/NOT; \"phrases\"; prefix*), "
+                                      "or its structured JSON form.",
+                       "oneOf": [{"type": "string"}, {"type": "object"}]},
+        "count": {"type": "integer", "minimum": 1, "default": 1000},
+        "count_type": {"type": "string", "enum": ["token", "bit"], "default": "token"},
+        "omit": {"description": "Keys to omit from bits: '', '*', a key, a comma list, or a list of keys.",
+                 "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}], "default": "embedding"},
+        "access_token": {"type": "string", "description": "Also accepted as Authorization: Bearer."},
+    },
+}
+
+_BIT = {
+    "type": "object",
+    "properties": {
+        "text": {"type": "string"},
+        "embedding": {"type": "string", "format": "byte"},
+        "token_count": {"type": "integer", "minimum": 0},
+        "similarity": {"type": "number"},
+        "info": {
+            "type": "object",
+            "required": ["url"],
+            "properties": {key: {"type": "string"} for key in ("url", "image_url", "title", "description")},
+        },
+    },
+}
+
+_LIBRARY = {
+    "type": "object",
+    "required": ["version", "embedding_model", "bits"],
+    "properties": {
+        "version": {"type": "integer"},
+        "embedding_model": {"type": "string"},
+        "omit": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+        "sort": {"type": "string"},
+        "details": {"type": "object"},
+        "bits": {"type": "array", "items": {"$ref": "#/components/schemas/Bit"}},
+    },
+}
+
+_EMBEDDINGS_REQUEST = {
+    "type": "object",
+    "required": ["model", "input"],
+    "properties": {
+        "model": {"type": "string", "description": "A library's embedding_model."},
+        "input": {"oneOf": [{"type": "string", "minLength": 1, "maxLength": 8000},
+                            {"type": "array", "minItems": 1, "maxItems": 256,
+                             "items": {"type": "string", "minLength": 1, "maxLength": 8000}}]},
+        "encoding_format": {"type": "string", "enum": ["float", "base64"], "default": "float"},
+    },
+}
+
+_EMBEDDINGS_ANSWER = {
+    "type": "object",
+    "required": ["object", "data", "model", "usage"],
+    "properties": {
+        "object": {"type": "string"},
+        "model": {"type": "string"},
+        "data": {"type": "array", "items": {"type": "object", "properties": {
+            "object": {"type": "string"}, "index": {"type": "integer"},
+            "embedding": {"oneOf": [{"type": "array", "items": {"type": "number"}}, {"type": "string"}]}}}},
+        "usage": {"type": "object", "properties": {"prompt_tokens": {"type": "integer"},
+                                                   "total_tokens": {"type": "integer"}}},
+    },
+}
+
+
+def _openai_error(description: str) -> dict[str, Any]:
+    schema = {"type": "object", "required": ["error"], "properties": {"error": {"type": "object", "properties": {
+        "message": {"type": "string"}, "type": {"type": "string"}, "param": {"type": "string", "nullable": True},
+        "code": {"nullable": True}}}}}
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_JSON_BODY = {"application/json": {"schema": {"$ref": "#/components/schemas/Library"}}}
+_TOKEN_PARAMETERS = [
+    {"name": "Authorization", "in": "header", "required": False, "schema": {"type": "string"},
+     "description": "Bearer <access token>"},
+    {"name": "access_token", "in": "query", "required": False, "schema": {"type": "string"},
+     "description": "An access token, for clients that cannot set a header."},
+]
+
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.0.3",
+    "info": {"title": "polymath-host", "version": "1", "description": "A host for Polymath libraries."},
+    "paths": {
+        "/": {
+            "get": {"summary": "A human page", "responses": {"200": {"description": "HTML",
+                                                                     "content": {"text/html": {"schema": {"type": "string"}}}}}},
+            "post": {
+                "summary": "Query: the bits most similar to query_embedding, within a budget",
+                "parameters": [{"name": "Authorization", "in": "header", "required": False,
+                                "schema": {"type": "string"}, "description": "Bearer <access token>"}],
+                "requestBody": {"content": {
+                    "application/json": {"schema": _QUERY_ARGUMENTS},
+                    "application/x-www-form-urlencoded": {"schema": _QUERY_ARGUMENTS},
+                    "multipart/form-data": {"schema": _QUERY_ARGUMENTS},
+                }},
+                "responses": {
+                    "200": {"description": "A version-1 library of the best bits",
+                            "content": {**_JSON_BODY, "application/msgpack": {"schema": {"type": "string", "format": "binary"}}}},
+                    "400": _error("A bad argument"),
+                    "401": _error("An access token that failed verification"),
+                    "408": _error("The body did not arrive in time"),
+                    "413": _error("The body is over the limit"),
+                    "415": _error("An unsupported content type"),
+                    "429": _error("Too many requests"),
+                    "502": _error("The embedding service failed"),
+                    "503": _error("No libraries are loaded yet"),
+                    "504": _error("The embedding service did not answer in time"),
+                },
+            },
+        },
+        "/v1/embeddings": {"post": {
+            "summary": "OpenAI's embeddings API over the host's embedders",
+            "parameters": [{"name": "Authorization", "in": "header", "required": False,
+                            "schema": {"type": "string"}, "description": "Bearer <access token>"}],
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _EMBEDDINGS_REQUEST}}},
+            "responses": {
+                "200": {"description": "One vector per input", "content": {"application/json": {
+                    "schema": _EMBEDDINGS_ANSWER}}},
+                **{status: _openai_error(description) for status, description in (
+                    ("400", "A bad request, or a model not embedded here"),
+                    ("401", "An access token that failed verification"),
+                    ("413", "Too many or too long inputs"), ("429", "Too many requests"),
+                    ("502", "The embedding service failed"), ("504", "The embedding service did not answer in time"))},
+            },
+        }},
+        "/libraries": {"get": {"summary": "The loaded libraries this caller may see", "parameters": _TOKEN_PARAMETERS,
+                               "responses": {
+            "200": {"description": "Libraries", "content": {"application/json": {"schema": {"type": "object"}}}},
+            "401": _error("An access token that failed verification"),
+            "429": _error("Too many requests")}}},
+        "/libraries/{name}.json": {"get": {
+            "summary": "A library as a static file, restricted bits removed",
+            "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
+                           *_TOKEN_PARAMETERS],
+            "responses": {"200": {"description": "The library", "content": _JSON_BODY},
+                          "304": {"description": "Not modified"},
+                          "401": _error("An access token that failed verification"),
+                          "404": _error("No such library visible to this caller"),
+                          "429": _error("Too many requests")}}},
+        "/healthz": {"get": {"summary": "Alive", "responses": {"200": {"description": "Alive"}}}},
+        "/readyz": {"get": {"summary": "Libraries loaded", "responses": {"200": {"description": "Ready"}}}},
+        "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {
+            "description": "Metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+    },
+    "components": {"schemas": {"Error": _ERROR, "Bit": _BIT, "Library": _LIBRARY}},
+}

@@ -1,0 +1,101 @@
+"""`POST /` (SPEC §3): read the arguments, ask the query core, render, cache."""
+
+from __future__ import annotations
+
+import time
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+from host.catalog import Catalog
+from host.embedders.errors import EmbedderError
+from host.engine import random_query
+from host.index import ModelIndex
+from host.query import Query, choose_model, run_query
+from host.results import build_result, estimated_answer_bytes
+from host.web.caller import Caller, request_caller
+from host.web.errors import bad_request
+from host.web.query_args import QueryArgs, parse_query_args, query_vector
+from host.web.request_body import read_fields
+from host.web.responses import (
+    JSON,
+    MSGPACK,
+    ChunkedResponse,
+    cache_headers,
+    render_json,
+    render_msgpack,
+    wants_msgpack,
+)
+from host.web.state import HostState, host_state
+
+
+async def query_endpoint(request: Request) -> Response:
+    state = host_state(request)
+    started = time.perf_counter()
+    args = parse_query_args(
+        await read_fields(request, state.settings.max_form_fields),
+        max_count=state.settings.max_count,
+        max_embedding_bytes=state.settings.max_embedding_bytes,
+    )
+    caller = request_caller(request, args.access_token)
+    catalog = state.catalog  # this request's generation, whatever reloads happen meanwhile
+    signals_on = state.access.restricted_count or bool(state.access.restricted_message)
+    index = choose_model(catalog, args.model, caller.grant, reveal_all=signals_on)
+    binary = wants_msgpack(request.headers.get("accept", ""))
+    body = await answer(state, catalog, index, args, caller, binary)
+    state.metrics.observe("polymath_query_seconds", time.perf_counter() - started)
+    state.metrics.count("polymath_queries_total", format="msgpack" if binary else "json")
+    return ChunkedResponse(body, 200, cache_headers(caller.token), media_type=MSGPACK if binary else JSON)
+
+
+def check_answer_size(size: int, limit: int) -> None:
+    if size > limit:
+        raise bad_request(f"this answer would be about {size:,} bytes, over this host's {limit:,}-byte limit: "
+                          "ask for a smaller count, or omit embedding")
+
+
+async def answer(
+    state: HostState, catalog: Catalog, index: ModelIndex, args: QueryArgs, caller: Caller, binary: bool
+) -> bytes:
+    """The rendered result, from the cache when the very same question was asked before."""
+    restricted_count, restricted_message = state.access.restricted_count, state.access.restricted_message
+    key = None  # a random sample is different every time: never cached
+    if args.query is not None:
+        vector = await state.embedders.embed_query(index.model, args.query)
+        if vector.shape != (index.dimension,):
+            raise EmbedderError(f"the embedder of {index.model} gave {vector.shape[-1]} dimensions; "
+                                f"its libraries have {index.dimension}")
+    elif args.query_embedding is not None:
+        vector = query_vector(args.query_embedding, index.dimension, index.model)
+    else:
+        vector = random_query(index.dimension)
+    if args.query is not None or args.query_embedding is not None:
+        # Everything the answer depends on, including the caller's grant: callers with
+        # different access never share an entry.
+        key = (catalog.generation, index.model, vector.tobytes(), args.count, args.count_type, args.omit,
+               args.similarity_threshold, args.constraint, caller.access_tags, binary, restricted_count,
+               restricted_message)
+        cached = state.answers.get(key)
+        if cached is not None:
+            state.metrics.count("polymath_query_cache_hits_total")
+            cached_body: bytes = cached
+            return cached_body
+
+    limit = state.settings.max_answer_bytes
+
+    def compute() -> bytes:
+        query = Query(vector, args.count, args.count_type, args.similarity_threshold, args.constraint)
+        selection = run_query(index, query, caller.grant, state.search,
+                              count_restricted=restricted_count or bool(restricted_message))
+        check_answer_size(estimated_answer_bytes(index, selection, args.omit, binary_embeddings=binary), limit)
+        result = build_result(index, selection, args.omit, binary_embeddings=binary,
+                              restricted_count=restricted_count, restricted_message=restricted_message)
+        body = render_msgpack(result) if binary else render_json(result)
+        check_answer_size(len(body), limit)
+        return body
+
+    body = await run_in_threadpool(compute)
+    if key is not None:
+        state.answers.put(key, body)
+    return body

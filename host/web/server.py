@@ -1,0 +1,125 @@
+"""uvicorn as we run it: connections that cost nothing when clients misbehave.
+
+uvicorn never closes a connection that sends nothing or only part of its headers, and a client
+that stops reading holds its answer in memory for as long as it likes. `GuardedH11Protocol` adds
+the two missing timers: headers must arrive within `header_timeout` seconds of a connection being
+ready for a request, and a paused write (the client is not reading) may last `write_timeout`
+seconds before the connection is dropped. The worker's open-file limit is raised where the system
+allows and the connection cap kept under it, so idle sockets can never lock everyone out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+from typing import Any
+
+import h11
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from host.process import bind_workers_over_tcp
+from host.settings import Settings
+
+log = logging.getLogger("polymath_host.server")
+DESCRIPTORS_KEPT_FREE = 64  # for library files, the access file, logs and the listening socket
+
+
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol with a header-read timer and a write-stall timer per connection."""
+
+    header_timeout = 10.0
+    write_timeout = 30.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._stall_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._follow_headers()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._follow_headers()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._follow_headers()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_timers()
+        super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._stall_timer is None:
+            self._stall_timer = self.loop.call_later(self.write_timeout, self._drop, "its answer went unread")
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+
+    def _follow_headers(self) -> None:
+        """Armed while the connection waits for a request's headers; disarmed once they are in."""
+        waiting = self.conn.their_state is h11.IDLE and not self.transport.is_closing()
+        if waiting and self._header_timer is None:
+            self._header_timer = self.loop.call_later(self.header_timeout, self._drop, "no complete headers")
+        elif not waiting and self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _drop(self, why: str) -> None:
+        self._cancel_timers()
+        if not self.transport.is_closing():
+            log.debug("dropping a connection from %s: %s", self.client, why)
+            self.transport.abort()  # close() would first wait to flush what the client is not reading
+
+    def _cancel_timers(self) -> None:
+        for timer in (self._header_timer, self._stall_timer):
+            if timer is not None:
+                timer.cancel()
+        self._header_timer = self._stall_timer = None
+
+
+def prepare_worker(settings: Settings) -> int:
+    """Set this process up to hold connections safely; returns the connection cap it can afford."""
+    GuardedH11Protocol.header_timeout = settings.header_timeout
+    GuardedH11Protocol.write_timeout = settings.write_timeout
+    descriptors = raise_open_file_limit()
+    affordable = max(1, descriptors - DESCRIPTORS_KEPT_FREE)
+    if settings.max_connections > affordable:
+        log.warning("at most %d connections: the open-file limit is %d (raise it with ulimit -n)",
+                    affordable, descriptors)
+    return min(settings.max_connections, affordable)
+
+
+def raise_open_file_limit() -> int:
+    """Raise this process's soft open-file limit to its hard limit; returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if wanted > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass  # not allowed here: keep what we have
+    return soft
+
+
+def run(app: Any, settings: Settings, *, host: str, port: int, workers: int, log_level: str) -> None:
+    """Serve `app` (an ASGI app, or with workers the import string of a factory) until stopped."""
+    cap = prepare_worker(settings)
+    options: dict[str, Any] = {
+        "host": host, "port": port, "log_level": log_level, "access_log": False,
+        "http": GuardedH11Protocol, "limit_concurrency": cap, "timeout_keep_alive": 5,
+    }
+    if workers > 1:
+        bind_workers_over_tcp()
+        uvicorn.run(app, factory=True, workers=workers, **options)
+    else:
+        uvicorn.run(app, **options)

@@ -1,0 +1,35 @@
+"""The endpoints for operators and tools: liveness, readiness, metrics, the OpenAPI document."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+
+from host.web.openapi import OPENAPI
+from host.web.responses import JSON, render_json
+from host.web.state import host_state
+
+
+async def healthz(request: Request) -> Response:
+    return Response(render_json({"status": "ok"}), media_type=JSON)
+
+
+async def readyz(request: Request) -> Response:
+    """Ready once the libraries are loaded, whatever was found: the answer must not depend on
+    private libraries (nor tell that only private ones exist), so it counts only public ones."""
+    state = host_state(request)
+    body = {"status": "ready", "public_generation": state.public_generation,
+            "public_libraries": len(state.catalog.public_libraries())}
+    return Response(render_json(body), 200, media_type=JSON)
+
+
+async def metrics(request: Request) -> Response:
+    state = host_state(request)
+    # Embedding figures only for models anyone may see: an embedder of a private-only model is not named.
+    public_models = [model for model, index in state.catalog.models.items() if index.visible_count(frozenset())]
+    text = state.metrics.render() + "\n".join(state.embedders.stats.render_lines(public_models)) + "\n"
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+
+async def openapi(request: Request) -> Response:
+    return Response(render_json(OPENAPI), media_type=JSON)

@@ -1,0 +1,81 @@
+"""What every request reads: the current catalog generation, the access rules, the caches."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from cachetools import LRUCache
+from starlette.requests import Request
+
+from access import AccessControl
+from host.catalog import Catalog
+from host.embedders.service import Embedders
+from host.query import SearchPolicy
+from host.settings import Settings
+from host.web.metrics import Metrics
+
+ETAGS_KEPT = 4096
+LARGEST_SHARE = 8  # one entry may take at most this fraction of a cache: it never empties it alone
+
+
+class HostState:
+    def __init__(self, settings: Settings, catalog: Catalog, access: AccessControl, embedders: Embedders) -> None:
+        self.settings = settings
+        self.catalog = catalog
+        self.access = access
+        self.embedders = embedders
+        self.search = SearchPolicy(settings.search, settings.approximate_from, settings.oversample)
+        self.metrics = Metrics()
+        # Rendered query answers and library files share the memory the settings allow, half each.
+        self.answers = ByteBoundedCache(settings.answer_cache_bytes // 2)
+        self.published = ByteBoundedCache(settings.answer_cache_bytes // 2)
+        self.etags: LRUCache[tuple[Any, ...], str] = LRUCache(maxsize=ETAGS_KEPT)
+        self.public_generation = 0
+        self._public_fingerprint: tuple[tuple[str, str], ...] | None = None
+        self._describe(catalog)
+
+    def install(self, catalog: Catalog) -> None:
+        """Swap in a new generation: requests already running keep the one they read."""
+        self.catalog = catalog
+        self._describe(catalog)
+
+    def _describe(self, catalog: Catalog) -> None:
+        # /metrics and /readyz are as public as every other path: they tell only what anyone may
+        # see. The public generation moves when the public view changes, never for a private change.
+        fingerprint = catalog.public_fingerprint()
+        if fingerprint != self._public_fingerprint:
+            self._public_fingerprint = fingerprint
+            self.public_generation += 1
+        self.metrics.gauge("polymath_public_libraries_loaded", len(catalog.public_libraries()))
+        self.metrics.gauge("polymath_public_bits_loaded",
+                           sum(library.visible_bit_count(frozenset()) for library in catalog.libraries))
+        self.metrics.gauge("polymath_public_generation", self.public_generation)
+        self.metrics.gauge("polymath_library_problems", catalog.public_problems)
+
+
+def host_state(request: Request) -> HostState:
+    state: HostState = request.app.state.host
+    return state
+
+
+class ByteBoundedCache:
+    """An LRU of rendered bodies, bounded by their total size in bytes, shared by the threads that
+    compute them (cachetools is not thread-safe). A body over 1/LARGEST_SHARE of it is not kept."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: LRUCache[tuple[Any, ...], bytes] = LRUCache(maxsize=max(1, max_bytes), getsizeof=len)
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...]) -> bytes | None:
+        with self._lock:
+            return self._entries.get(key)
+
+    def keeps(self, size: int) -> bool:
+        return size <= self.max_bytes // LARGEST_SHARE
+
+    def put(self, key: tuple[Any, ...], body: bytes) -> None:
+        if self.keeps(len(body)):
+            with self._lock:
+                self._entries[key] = body

@@ -1,0 +1,260 @@
+#!/usr/bin/env python3
+"""Benchmark the constraint engine: text-index build, its size, filtered vs unfiltered ranking.
+
+    .venv/bin/python scripts/bench_constraints.py --bits 100000
+
+One synthetic library (1536-d unit vectors; texts of 150-250 words drawn Zipf-wise from a word
+list: the words of the KJV selection in scripts/sample_source, the most frequent first, plus a
+tail of made-up words for a realistic 40k-word vocabulary; titles, descriptions, URLs and image
+URLs made the same way) is compiled once through host.store.write_compiled into --workdir and
+reused. Then, with one BLAS thread (the server's default):
+
+  build        build_text_index time and the bytes of text_index.bin next to embeddings.npy
+  constraints  per constraint: matching bits, mask time, and rank() with the constraint vs
+               without it (p50 of --repeat queries, each a perturbed existing bit)
+  terms        term similarity of an 8-word question to the top 1,024 candidates (RAGFlow top_k)
+
+The machine is small and shared: compare ratios measured in one run, not absolute times.
+`measure_filtered_vs_unfiltered()` is the function scripts/bench.py can call for its table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from host.index import ModelIndex  # noqa: E402
+from host.constraints import (  # noqa: E402
+    build_text_index,
+    constraint_mask,
+    model_term_similarity,
+    parse_constraint,
+    parse_metadata_condition,
+)
+from host.constraints.words import words  # noqa: E402
+from host.engine import rank  # noqa: E402
+from host.library_format import ADA_002, ParsedLibrary  # noqa: E402
+from host.store import STORE_FORMAT, CompiledLibrary, SourceKey, open_compiled, write_compiled  # noqa: E402
+
+DIMENSION = 1536
+VOCABULARY = 40_000
+ZIPF = 1.07
+TEXT_WORDS = (150, 250)
+GENERATOR = 1
+SAMPLE = ROOT / "scripts" / "sample_source" / "kjv-selection.tsv"
+
+
+def say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# ---- a synthetic library -------------------------------------------------------------------------
+
+
+def word_list(size: int = VOCABULARY, seed: int = 7) -> list[str]:
+    """Real words by frequency (the KJV sample), then made-up ones up to `size`."""
+    counts = Counter(words(" ".join(line.split("\t")[-1] for line in SAMPLE.read_text().splitlines())))
+    known = [word for word, _ in counts.most_common()]
+    rng = np.random.default_rng(seed)
+    syllables = ["ka", "lo", "mi", "ren", "tu", "sa", "vel", "dor", "qui", "an", "es", "or", "ith", "ul", "be"]
+    made_up: set[str] = set()
+    while len(known) + len(made_up) < size:
+        made_up.add("".join(rng.choice(syllables, size=int(rng.integers(2, 5)))))
+    return known + sorted(made_up - set(known))[: size - len(known)]
+
+
+def zipf_words(rng: np.random.Generator, vocabulary: np.ndarray, count: int) -> np.ndarray:
+    weights = 1.0 / np.arange(1, len(vocabulary) + 1) ** ZIPF
+    return vocabulary[rng.choice(len(vocabulary), size=count, p=weights / weights.sum())]
+
+
+def synthetic_library(bits: int, seed: int) -> ParsedLibrary:
+    rng = np.random.default_rng(seed)
+    vocabulary = np.array(word_list())
+    lengths = rng.integers(TEXT_WORDS[0], TEXT_WORDS[1] + 1, size=bits)
+    drawn = zipf_words(rng, vocabulary, int(lengths.sum()))
+    ends = np.cumsum(lengths)
+    texts = [" ".join(drawn[end - length : end]) + "." for end, length in zip(ends, lengths, strict=True)]
+    title_words = zipf_words(rng, vocabulary, bits * 5).reshape(bits, 5)
+    description_words = zipf_words(rng, vocabulary, bits * 12).reshape(bits, 12)
+    records = []
+    for row in range(bits):
+        info = {
+            "url": f"https://library.example.org/{title_words[row, 0]}/{title_words[row, 1]}/{row}",
+            "title": " ".join(title_words[row, : 2 + row % 4]).title(),
+            "description": " ".join(description_words[row]),
+        }
+        if row % 3 == 0:
+            info["image_url"] = f"https://images.example.org/{row}.png"
+        records.append({"text": texts[row], "info": info})
+    embeddings = rng.standard_normal((bits, DIMENSION), dtype=np.float32)
+    embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
+    return ParsedLibrary(
+        embedding_model=ADA_002,
+        embeddings=embeddings,
+        token_counts=(lengths * 4 // 3).astype(np.int64),
+        ids=[f"{row:064x}" for row in range(bits)],
+        records=records,
+        access_tags=[None] * bits,
+        details={"bench_constraints": {"bits": bits, "seed": seed, "generator": GENERATOR}},
+    )
+
+
+def compiled_library(workdir: Path, bits: int, seed: int) -> tuple[CompiledLibrary, dict[str, float]]:
+    """The compiled synthetic library (built once, reused), and the build figures."""
+    folder = workdir / f"constraints-{bits}" / "bench"
+    source = folder.parent / "bench.json"
+    figures_path = folder.parent / "build.json"
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+        if meta["store_format"] == STORE_FORMAT and meta["details"].get("bench_constraints") == {
+            "bits": bits, "seed": seed, "generator": GENERATOR}:
+            say(f"reusing {folder}")
+            return open_compiled(folder, source), json.loads(figures_path.read_text())
+    except (OSError, ValueError, KeyError):
+        pass
+    say(f"generating {bits:,} bits")
+    library = synthetic_library(bits, seed)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    source.write_text("{}")
+    started = time.perf_counter()
+    build_text_index(library.records)
+    index_seconds = time.perf_counter() - started
+    say(f"build_text_index: {index_seconds:.1f} s; compiling")
+    started = time.perf_counter()
+    write_compiled(library, folder, SourceKey(0, 0, ""), "bench")
+    compile_seconds = time.perf_counter() - started
+    figures = {
+        "build_text_index_s": index_seconds,
+        "write_compiled_s": compile_seconds,
+        "text_index_bytes": (folder / "text_index.bin").stat().st_size,
+        "embeddings_bytes": (folder / "embeddings.npy").stat().st_size,
+        "records_bytes": (folder / "records.bin").stat().st_size,
+        "text_words": int(sum(len(words(record["text"])) for record in library.records[:1000]) * bits / 1000),
+    }
+    figures_path.write_text(json.dumps(figures))
+    return open_compiled(folder, source), figures
+
+
+# ---- measuring ----------------------------------------------------------------------------------
+
+
+def p50_ms(run: Callable[[], Any], repeat: int) -> float:
+    run()  # warm: page cache, lazily computed counts
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+CONSTRAINTS: list[tuple[str, Any]] = [
+    ("a common word", "the"),
+    ("a mid-frequency word", "mercy"),
+    ("a rare word", "kalodor"),
+    ("a phrase of common words", '"and the"'),
+    ("a phrase", '"the lord"'),
+    ("a title word", "title:lord"),
+    ("a prefix", "ma*"),
+    ("a url phrase", "url:example.org/god"),
+    ("boolean", "(god OR lord) NOT title:israel"),
+    ("NOT a common word", "NOT the"),
+    ("structured", {"and": [{"label": "title", "quoted_term": "lord"}, {"unparsed": "NOT people"}]}),
+    ("metadata contains", {"metadata_condition": {"conditions": [
+        {"name": "title", "comparison_operator": "contains", "value": "ord"}]}}),
+    ("metadata start with", {"metadata_condition": {"conditions": [
+        {"name": "url", "comparison_operator": "start with", "value": "https://library.example.org/the"}]}}),
+]
+
+
+def measure_filtered_vs_unfiltered(
+    library: CompiledLibrary, *, repeat: int = 15, count: int = 1500, seed: int = 1
+) -> list[dict[str, Any]]:
+    """Per constraint: matching bits, mask ms, and rank ms with vs without it (p50), and the ratio."""
+    index = ModelIndex.build((library,))
+    rng = np.random.default_rng(seed)
+    queries = []
+    for row in rng.integers(0, library.bit_count, size=repeat + 1):
+        vector = library.embeddings[row] + rng.standard_normal(DIMENSION).astype(np.float32) * 0.02
+        queries.append((vector / np.linalg.norm(vector)).astype(np.float32))
+    turn = iter(range(10**9))
+
+    def query() -> np.ndarray:
+        return queries[next(turn) % len(queries)]
+
+    unfiltered = p50_ms(lambda: rank(index, query(), granted=frozenset(), count=count, count_type="token"), repeat)
+    rows = []
+    for name, value in CONSTRAINTS:
+        if isinstance(value, dict) and "metadata_condition" in value:
+            node = parse_metadata_condition(value["metadata_condition"])
+        else:
+            node = parse_constraint(value)
+        mask = constraint_mask(node, index)
+        mask_ms = p50_ms(lambda node=node: constraint_mask(node, index), repeat)
+
+        def filtered(node: Any = node) -> None:
+            rank(index, query(), granted=frozenset(), count=count, count_type="token",
+                 constraint=constraint_mask(node, index))
+
+        filtered_ms = p50_ms(filtered, repeat)
+        rows.append({"constraint": name, "expression": value, "matching": int(mask.sum()), "mask_ms": mask_ms,
+                     "filtered_ms": filtered_ms, "unfiltered_ms": unfiltered, "ratio": filtered_ms / unfiltered})
+        say(f"{name}: {rows[-1]['matching']:,} bits, mask {mask_ms:.2f} ms, "
+            f"filtered {filtered_ms:.1f} ms vs {unfiltered:.1f} ms")
+    return rows
+
+
+def measure_term_scores(library: CompiledLibrary, *, repeat: int = 15, candidates: int = 1024) -> dict[str, Any]:
+    index = ModelIndex.build((library,))
+    rows = np.sort(np.random.default_rng(3).choice(library.bit_count, size=candidates, replace=False))
+    question = "what did the lord say to moses about the people of israel"
+    scores = model_term_similarity(question, index, rows, None)
+    return {"question": question, "candidates": candidates,
+            "ms": p50_ms(lambda: model_term_similarity(question, index, rows, None), repeat),
+            "mean_score": float(scores.mean()), "max_score": float(scores.max())}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bits", type=int, default=100_000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/polymath-bench"))
+    parser.add_argument("--json", type=Path, help="write the raw figures here")
+    args = parser.parse_args()
+    library, build = compiled_library(args.workdir, args.bits, args.seed)
+    with threadpool_limits(1):
+        constraints = measure_filtered_vs_unfiltered(library, repeat=args.repeat)
+        terms = measure_term_scores(library, repeat=args.repeat)
+    print(f"\n{args.bits:,} bits, {build['text_words']:,} text words")
+    print(f"build_text_index {build['build_text_index_s']:.1f} s (write_compiled in all "
+          f"{build['write_compiled_s']:.1f} s); text_index.bin {build['text_index_bytes'] / 2**20:.0f} MiB = "
+          f"{build['text_index_bytes'] / build['embeddings_bytes']:.0%} of embeddings.npy "
+          f"({build['embeddings_bytes'] / 2**20:.0f} MiB); records.bin {build['records_bytes'] / 2**20:.0f} MiB")
+    print("\n| constraint | matching bits | mask ms | filtered ms | unfiltered ms | ratio |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for row in constraints:
+        print(f"| {row['constraint']} | {row['matching']:,} | {row['mask_ms']:.2f} | {row['filtered_ms']:.1f} | "
+              f"{row['unfiltered_ms']:.1f} | {row['ratio']:.2f} |")
+    print(f"\nterm similarity of a {len(words(terms['question']))}-word question to {terms['candidates']} "
+          f"candidates: {terms['ms']:.2f} ms (mean score {terms['mean_score']:.3f}, max {terms['max_score']:.3f})")
+    if args.json:
+        args.json.write_text(json.dumps({"build": build, "constraints": constraints, "terms": terms}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""The text index through the real store: compiled with the library, memory-mapped back, checked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from constraint_reference import matches
+from constraint_reference import term_scores as reference_term_scores
+from librarian import TEST_MODEL, b64, unit_vectors, write_library
+
+from host.catalog import load_catalog
+from host.constraints import constraint_mask, model_term_similarity, parse_constraint, parse_metadata_condition
+from host.constraints.text_index import BLOB, LAYOUT
+from host.index import ModelIndex
+from host.store import STORE_FORMAT, load_library
+
+TEXTS = [
+    ("In the beginning God created the heaven and the earth.", "Genesis 1", "https://ex.org/gen/1"),
+    ("And the earth was without form, and void.", "Genesis 2", "https://ex.org/gen/2"),
+    ("\uff34\uff48\uff45 LORD is my shepherd; I shall not want.", "Psalm 23", "https://ex.org/ps/23"),
+    ("Blessed are the meek: for they shall inherit the earth.", "Matthew 5", "https://ex.org/mt/5"),
+]
+QUERIES = ['earth', '"the earth"', 'title:genesis', 'url:ex.org/gen', 'the NOT earth', 'sh*', '"the lord"',
+           'library:psalms', 'library:gospels NOT title:psalm', '(heaven OR shepherd) NOT "the earth"']
+
+
+def library_file(texts: list[tuple[str, str, str]], first: int = 0) -> dict:
+    vectors = unit_vectors(len(texts), seed=first)
+    bits = [{"text": text, "embedding": b64(vector), "token_count": 10,
+             "info": {"url": url, "title": title, "description": f"{first + row}"}}
+            for row, ((text, title, url), vector) in enumerate(zip(texts, vectors, strict=True))]
+    return {"version": 1, "embedding_model": TEST_MODEL, "bits": bits}
+
+
+@pytest.fixture
+def catalog(tmp_path: Path):
+    write_library(tmp_path / "libraries" / "psalms.json", library_file(TEXTS[:2]))
+    write_library(tmp_path / "libraries" / "gospels.json", library_file(TEXTS[2:], first=2))
+    loaded = load_catalog(tmp_path / "libraries", cache_dir=tmp_path / "compiled")
+    assert not loaded.problems
+    return loaded
+
+
+def records_of(catalog) -> list[tuple[dict, str]]:
+    return [(library.record(row), library.name) for library in catalog.models[TEST_MODEL].libraries
+            for row in range(library.bit_count)]
+
+
+def test_the_text_index_is_written_with_the_library_and_opened_memory_mapped(catalog, tmp_path: Path) -> None:
+    folder = tmp_path / "compiled" / "psalms"
+    assert (folder / BLOB).is_file() and (folder / LAYOUT).is_file()
+    assert json.loads((folder / "meta.json").read_text())["store_format"] == STORE_FORMAT
+    index = catalog.library("psalms").text_index
+    assert index is not None and index.rows == 2
+    for array in (index.words["text"].positions, index.values["title"].value_ids):
+        while array is not None and not isinstance(array, np.memmap):
+            array = array.base
+        assert isinstance(array, np.memmap)  # a view of the file's map, not a copy
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_constraints_over_compiled_libraries_are_the_reference_answer(catalog, query: str) -> None:
+    node = parse_constraint(query)
+    mask = constraint_mask(node, catalog.models[TEST_MODEL])
+    assert mask.tolist() == [matches(node, record, name) for record, name in records_of(catalog)]
+
+
+def test_metadata_conditions_over_compiled_libraries(catalog) -> None:
+    condition = {"logic": "or", "conditions": [{"name": "description", "comparison_operator": "≥", "value": 3},
+                                               {"name": "title", "comparison_operator": "start with", "value": "gen"}]}
+    mask = constraint_mask(parse_metadata_condition(condition), catalog.models[TEST_MODEL])
+    # gospels.json sorts first: its bits (descriptions "2", "3") are rows 0-1, then psalms' (Genesis) 2-3
+    assert np.flatnonzero(mask).tolist() == [1, 2, 3]
+
+
+def test_term_scores_over_compiled_libraries_are_the_reference_answer(catalog) -> None:
+    index = catalog.models[TEST_MODEL]
+    rows = np.arange(index.bit_count)
+    got = model_term_similarity("the earth and the heaven", index, rows, None)
+    records = [record for record, _ in records_of(catalog)]
+    expected = (reference_term_scores("the earth and the heaven", records[:2], [True] * 2, [0, 1])
+                + reference_term_scores("the earth and the heaven", records[2:], [True] * 2, [0, 1]))
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("damage", [
+    lambda folder: (folder / BLOB).write_bytes(b"short"),
+    lambda folder: (folder / LAYOUT).unlink(),
+    lambda folder: (folder / LAYOUT).write_text(json.dumps({"bytes": 0, "arrays": {}})),
+])
+def test_a_damaged_text_index_is_rebuilt_not_trusted(tmp_path: Path, damage) -> None:
+    source = write_library(tmp_path / "lib.json", library_file(TEXTS))
+    folder = tmp_path / ".compiled" / "lib"
+    load_library(source, folder, name="lib")
+    damage(folder)
+    source.touch()  # a changed mtime makes the store look again
+    library, compiled_now = load_library(source, folder, name="lib")
+    assert compiled_now
+    assert library.text_index is not None
+    index = ModelIndex.build((library,))
+    assert constraint_mask(parse_constraint('"the earth"'), index).tolist() == [True, True, False, True]

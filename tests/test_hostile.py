@@ -1,0 +1,299 @@
+"""Hostile clients and careless publishers, against a real `serve`: each costs them, not the host.
+
+Every test here reproduces one class of attack or mistake that once took the host down or let it
+say more than it should, then checks the outcome: a clean refusal, bounded memory, and service
+that goes on for everyone else.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import psutil
+import pytest
+from conftest import PROJECT, RunningHost
+from librarian import TEST_MODEL, b64, make_library, unit_vectors, write_library
+
+from host.catalog import load_catalog
+
+DIMENSION = 384
+VECTORS = unit_vectors(600, DIMENSION, seed=61)
+LONG_TEXT = " ".join(f"word{n}" for n in range(300))  # ~2.4 KB a bit
+
+
+def wait_until(check: Callable[[], Any], what: str, timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (result := check()):
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout:g} s"
+        time.sleep(0.05)
+    return result
+
+
+def big_library() -> dict[str, Any]:
+    """600 bits of 384 dimensions and ~2.4 KB of text: every answer with embeddings is large."""
+    library = make_library(VECTORS)
+    for row, bit in enumerate(library["bits"]):
+        bit["text"] = f"bit {row} {LONG_TEXT}"
+    return library
+
+
+@pytest.fixture(scope="module")
+def big_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("big") / "libraries"
+    write_library(folder / "big.json", big_library())
+    return folder
+
+
+def ask(url: str, **fields: Any) -> httpx.Response:
+    body = {"query_embedding": b64(VECTORS[0]), "count": 10, "count_type": "bit", **fields}
+    return httpx.post(f"{url}/", json=body, timeout=30)
+
+
+def rss(host: RunningHost) -> int:
+    return int(psutil.Process(host.process.pid).memory_info().rss)
+
+
+def server_connections(host: RunningHost, ports: set[int]) -> int:
+    """How many of the server's TCP connections lead to these client ports."""
+    return sum(1 for connection in psutil.Process(host.process.pid).net_connections("tcp")
+               if connection.raddr and connection.raddr.port in ports)
+
+
+def open_socket(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=5)
+
+
+# ---- answers: bounded in bytes, cached by bytes, never pinned by a client that does not read ----------
+
+
+def test_an_answer_over_the_byte_limit_is_a_400_that_says_to_ask_for_less(run_host, big_folder: Path) -> None:
+    host = run_host(big_folder, "--max-answer-bytes", "1000000")
+
+    everything = ask(host.url, count=100_000, omit="")
+    smaller = ask(host.url, count=100, omit="embedding")
+
+    assert everything.status_code == 400
+    assert everything.json()["error"].endswith(
+        "over this host's 1,000,000-byte limit: ask for a smaller count, or omit embedding")
+    assert smaller.status_code == 200 and len(smaller.content) < 1_000_000
+    assert ask(host.url).status_code == 200
+
+
+def test_many_distinct_large_answers_leave_memory_where_it_was(run_host, big_folder: Path) -> None:
+    # Each answer is ~0.8 MB; the old cache kept 2,048 of them whatever their size.
+    host = run_host(big_folder, "--answer-cache-bytes", "4000000")
+    ask(host.url, count=200, omit="").raise_for_status()
+    before = rss(host)
+
+    for row in range(120):
+        response = ask(host.url, query_embedding=b64(VECTORS[row]), count=200, omit="")
+        assert response.status_code == 200 and len(response.content) > 700_000
+
+    grown = rss(host) - before
+    assert grown < 40_000_000, f"memory grew by {grown:,} bytes over 120 answers of ~0.8 MB"
+
+
+def test_clients_that_never_read_their_answers_are_dropped_and_others_are_served(run_host, big_folder: Path) -> None:
+    host = run_host(big_folder, "--write-timeout", "1")
+    body = json.dumps({"query_embedding": b64(VECTORS[1]), "count": 600, "count_type": "bit", "omit": ""}).encode()
+    request = (f"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+               .encode() + body)
+    readers = []
+    for _ in range(8):
+        reader = open_socket(host.url)
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # takes ~2.5 MB answers a few KB at a time
+        reader.sendall(request)
+        readers.append(reader)
+    ports = {reader.getsockname()[1] for reader in readers}
+    try:
+        wait_until(lambda: server_connections(host, ports) == 8, "the slow readers connecting")
+        assert ask(host.url).status_code == 200  # served while they stall
+        wait_until(lambda: server_connections(host, ports) == 0, "the server dropping the stalled readers")
+        assert ask(host.url).status_code == 200
+    finally:
+        for reader in readers:
+            reader.close()
+
+
+# ---- connections: idle and half-open ones are closed, a cap refuses cleanly -------------------------------
+
+
+def test_idle_and_half_open_connections_are_closed_and_the_cap_refuses_cleanly(run_host, big_folder: Path) -> None:
+    host = run_host(big_folder, "--header-timeout", "1", "--max-connections", "40")
+    idle = [open_socket(host.url) for _ in range(30)]
+    half = [open_socket(host.url) for _ in range(30)]
+    for connection in half:
+        connection.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: applica")
+    ports = {connection.getsockname()[1] for connection in idle + half}
+    try:
+        wait_until(lambda: server_connections(host, ports) == 60, "the idle connections being held")
+        refused = ask(host.url)
+        assert refused.status_code == 503  # over the cap: a clean refusal, not a hang
+
+        wait_until(lambda: server_connections(host, ports) == 0, "the server closing idle and half-open connections")
+        assert ask(host.url).status_code == 200
+        assert all(connection.recv(1024) == b"" for connection in idle + half)
+    finally:
+        for connection in idle + half:
+            connection.close()
+
+
+def test_serve_raises_its_open_file_limit_where_the_system_allows(run_host, big_folder: Path) -> None:
+    host = run_host(big_folder)
+    soft, hard = psutil.Process(host.process.pid).rlimit(psutil.RLIMIT_NOFILE)
+    assert soft == hard or soft >= 1 << 20
+
+
+def test_made_up_method_names_add_no_metrics_series(run_host, big_folder: Path) -> None:
+    host = run_host(big_folder)
+    with httpx.Client() as client:
+        for n in range(300):
+            client.request(f"MADEUP{n}", f"{host.url}/")
+    metrics = httpx.get(f"{host.url}/metrics").text
+
+    series = [line for line in metrics.splitlines() if line.startswith("polymath_requests_total{")]
+    assert not any("MADEUP" in line for line in series)
+    assert any('method="other"' in line for line in series)
+    assert len(series) < 20
+
+
+# ---- publishers' mistakes: one bad file is one refused file --------------------------------------------
+
+
+def library_text_with(bit_field: str, raw_value: str) -> str:
+    """A one-bit library file whose bit carries a raw JSON value (numbers json.dumps would not write)."""
+    bit = {"text": "bad", "embedding": b64(unit_vectors(1, 8)[0]), "token_count": 1, "info": {"url": "https://x/"}}
+    bit[bit_field] = "@@VALUE@@"
+    return json.dumps({"version": 1, "embedding_model": TEST_MODEL, "bits": [bit]}).replace('"@@VALUE@@"', raw_value)
+
+
+BAD_FILES = {
+    "token-count-2-63.json": (library_text_with("token_count", str(2**63)), "token_count: must be an integer from 0"),
+    "token-count-3e9.json": (library_text_with("token_count", "3000000000"), "token_count: must be an integer from 0"),
+    "deep.json": ('{"version": 1, "details": ' + "[" * 5000 + "]" * 5000 + "}", "not valid JSON: nested too deeply"),
+    "digits.json": (library_text_with("token_count", "7" * 4400), "not valid JSON: a number has more than 4300 digits"),
+    "huge-values.json": (json.dumps(make_library(np.full((1, 8), 3e38, dtype=np.float32))),
+                         "embedding: has a value of magnitude 3e+38"),
+}
+
+
+def test_bad_files_are_refused_one_by_one_while_everything_else_serves_and_publishes(run_host, tmp_path: Path) -> None:
+    folder = tmp_path / "libraries"
+    write_library(folder / "good.json", make_library(unit_vectors(4, 8, seed=1)))
+    for name, (text, _) in BAD_FILES.items():
+        (folder / name).write_text(text)
+
+    host = run_host(folder, "--watch-interval", "0.2")
+    listed = [library["name"] for library in httpx.get(f"{host.url}/libraries").json()["libraries"]]
+    write_library(folder / "later.json", make_library(unit_vectors(2, 8, seed=2)))
+    wait_until(lambda: "later" in httpx.get(f"{host.url}/libraries").text, "the next publication being served")
+    validated = subprocess.run([sys.executable, "-m", "host", "validate", str(folder)], capture_output=True, text=True,
+                               cwd=PROJECT, timeout=60)
+
+    assert listed == ["good"]
+    for name, (_, message) in BAD_FILES.items():
+        assert any(name in line and message in line for line in host.log().splitlines()), (name, host.log())
+        assert any(name in line and message in line for line in validated.stdout.splitlines()), name
+    assert validated.returncode == 1
+
+
+# ---- the access file created after serve started ---------------------------------------------------------
+
+
+def test_an_access_file_created_after_serve_started_is_followed(run_host, tmp_path: Path) -> None:
+    folder = tmp_path / "libraries"
+    write_library(folder / "public.json", make_library(unit_vectors(2, 8, seed=3)))
+    write_library(folder / "access" / "unpublished" / "drafts.json", make_library(unit_vectors(2, 8, seed=4)))
+    host = run_host(folder, cwd=tmp_path)  # no access file yet: the README's own order
+
+    def admin(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "host", *args], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=60, env={"PYTHONPATH": str(PROJECT), "PATH": "/usr/bin:/bin"})
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    admin("access", "init")
+    token = admin("token", "issue", "alice@example.com", "--tag", "unpublished")
+    bearer = {"Authorization": f"Bearer {token}"}
+
+    listed = wait_until(lambda: (response := httpx.get(f"{host.url}/libraries", headers=bearer)).status_code == 200
+                        and response.json()["libraries"], "the new access file being followed")
+    assert [library["name"] for library in listed] == ["access/unpublished/drafts", "public"]
+
+
+# ---- quieter leaks --------------------------------------------------------------------------------------
+
+
+def public_view(url: str) -> tuple[Any, list[str]]:
+    metrics = [line for line in httpx.get(f"{url}/metrics").text.splitlines()
+               if line.startswith(("polymath_public", "polymath_library_problems"))]
+    return httpx.get(f"{url}/readyz").json(), metrics
+
+
+def test_readyz_and_metrics_do_not_move_when_only_private_libraries_change(run_host, tmp_path: Path) -> None:
+    folder = tmp_path / "libraries"
+    write_library(folder / "public.json", make_library(unit_vectors(3, 8, seed=5)))
+    private = write_library(folder / "access" / "team" / "plans.json", make_library(unit_vectors(2, 8, seed=6)))
+    host = run_host(folder, "--watch-interval", "0.2")
+    before = public_view(host.url)
+
+    write_library(private, make_library(unit_vectors(5, 8, seed=7)))  # republished
+    (folder / "access" / "team" / "broken.json").write_text("{")  # and a broken private file
+    wait_until(lambda: host.log().count("broken.json") >= 1, "the reload noticing the private changes")
+    after_private = public_view(host.url)
+    write_library(folder / "public.json", make_library(unit_vectors(4, 8, seed=8)))
+    wait_until(lambda: public_view(host.url)[0]["public_generation"] > before[0]["public_generation"],
+               "the public change being noticed")
+
+    assert after_private == before
+
+
+def test_a_host_of_private_libraries_only_looks_like_an_empty_one(run_host, tmp_path: Path) -> None:
+    private = tmp_path / "private" / "libraries"
+    write_library(private / "access" / "team" / "plans.json", make_library(unit_vectors(2, 8, seed=9)))
+    empty = tmp_path / "empty" / "libraries"
+    empty.mkdir(parents=True)
+
+    assert public_view(run_host(private).url) == public_view(run_host(empty).url)
+
+
+def test_a_private_librarys_name_costs_no_more_to_refuse_than_an_unknown_one(tmp_path: Path) -> None:
+    # What a 404 costs must not depend on the rows of a library the caller may not see: counting
+    # what is visible takes no pass over them (measured as memory, which timing noise cannot blur).
+    folder = tmp_path / "libraries"
+    write_library(folder / "access" / "team" / "plans.json", make_library(unit_vectors(50_000, 8, seed=10)))
+    library = load_catalog(folder).library("access/team/plans")
+    assert library is not None
+    library.visible_bit_count(frozenset())  # its per-tag counts, made once
+
+    tracemalloc.start()
+    try:
+        visible = library.visible_bit_count(frozenset())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert visible == 0 and peak < 4096
+
+
+def test_library_urls_are_percent_encoded_and_work(run_host, tmp_path: Path) -> None:
+    folder = tmp_path / "libraries"
+    write_library(folder / "my notes #1?.json", make_library(unit_vectors(2, 8, seed=11)))
+    host = run_host(folder)
+
+    (listed,) = httpx.get(f"{host.url}/libraries").json()["libraries"]
+    page = httpx.get(f"{host.url}/").text
+
+    assert listed["url"] == "/libraries/my%20notes%20%231%3F.json"
+    assert f'href="{listed["url"]}"' in page
+    assert httpx.get(f"{host.url}{listed['url']}").json()["details"]["counts"]["bits"] == 2
