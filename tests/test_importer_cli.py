@@ -16,11 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from embedder_fixtures import require_local_embedder
+from embedding_service import running_service
 from importer_support import FACTS, HashingEmbedder, write_corpus
 
 from host.importer import cli
 from host.importer.embedding import chunk_limit_warning
+from host.importer.errors import ImporterError
 from host.importer.progress import BarProgress, wants_bar
+from host.validate import validate_paths
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -188,3 +192,41 @@ def test_the_bar_counts_files_then_chunks():
     shown = screen.getvalue()
     assert "reading" in shown and "3/3" in shown
     assert "embedding (3 files)" in shown and "4/10" in shown and "chunks/s" in shown
+
+
+# ---- the real embedders behind the command ----------------------------------------------------------
+
+
+def test_an_openai_compatible_service_embeds_the_library(site, capsys, monkeypatch):
+    monkeypatch.delenv("POLYMATH_EMBEDDER_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with running_service(dimension=16) as service:
+        code = cli.main(["site", "--out", "site.json", "--embedder-url", service.url,
+                         "--embedder-model", "text-embedding-test", "--chunk-tokens", "60"])
+        requests = len(service.requests)
+
+    assert code == 0, capsys.readouterr().err
+    lines: list[str] = []
+    assert validate_paths([Path("site.json")], say=lines.append) == 0, lines
+    library = json.loads(Path("site.json").read_text())
+    assert library["embedding_model"] == "openai.com:text-embedding-test"
+    for bit in library["bits"]:  # the service's usage.prompt_tokens counts words
+        assert bit["token_count"] == len(bit["text"].split()) <= 60
+    assert requests > len(library["bits"])  # counting tokens asks the service too: see the report
+
+
+def test_the_library_model_of_a_service_can_be_named():
+    embedder = cli.open_embedder("ollama:nomic-embed-text", "http://127.0.0.1:9/v1", "nomic-embed-text")
+    assert embedder.model == "ollama:nomic-embed-text"
+
+
+def test_a_model_with_no_local_embedder_is_refused_in_one_line():
+    with pytest.raises(ImporterError, match=r"^--model someone:else: no local embedder for it; use --model "
+                                            r"sentence-transformers:all-MiniLM-L6-v2 or --embedder-url URL"):
+        cli.open_embedder("someone:else", None, None)
+
+
+def test_the_default_embedder_is_the_local_minilm_on_every_core():
+    require_local_embedder()
+    embedder = cli.open_embedder(None, None, None)
+    assert (embedder.model, embedder.dimension, embedder.threads) == ("sentence-transformers:all-MiniLM-L6-v2", 384, 0)

@@ -1,23 +1,22 @@
 """The import with the real local embedder: MiniLM's own tokenizer counts, and text finds each fact.
 
-Skipped (even in CI) while `host.embedders` is not in this build: it lands on another branch, and
-the integrator makes this test required once both are merged.
+Needs the `embed` extra (part of `test`): skipped without it, except in CI.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
-from typing import Any
 
+import httpx
 import numpy as np
-import pytest
 from importer_support import FACTS, write_corpus
 
 from host.importer import ImportOptions, import_library
 from host.importer.pipeline import DEFAULT_CHUNK_TOKENS
 from host.library_format import decode_embedding
 from host.validate import validate_paths
+
+pytest_plugins = ["embedder_fixtures"]  # minilm_embedder: loaded once, all cores; required in CI
 
 # Each fact asked for in other words: the model, not shared words, has to find it.
 QUESTIONS = {
@@ -29,19 +28,8 @@ QUESTIONS = {
 }
 
 
-@pytest.fixture(scope="module")
-def minilm() -> Any:
-    try:
-        local = importlib.import_module("host.embedders.minilm")
-    except ImportError:
-        pytest.skip("host.embedders is not in this build yet (it comes with the embedders branch)")
-    problem = local.missing_requirement()
-    if problem:
-        pytest.skip(problem)
-    return local.MiniLMEmbedder()
-
-
-def test_a_corpus_imported_with_minilm_validates_counts_its_tokens_and_answers_questions(tmp_path, minilm):
+def test_a_corpus_imported_with_minilm_validates_counts_its_tokens_and_answers_questions(tmp_path, minilm_embedder):
+    minilm = minilm_embedder
     site = write_corpus(tmp_path / "site")
     out = tmp_path / "libraries" / "site.json"
 
@@ -58,3 +46,17 @@ def test_a_corpus_imported_with_minilm_validates_counts_its_tokens_and_answers_q
     for kind, question in QUESTIONS.items():
         best = int(np.argmax(matrix @ minilm.embed([question])[0]))
         assert FACTS[kind] in bits[best]["text"], (kind, bits[best]["text"][:80])
+
+
+def test_served_by_a_real_host_each_fact_is_found_by_a_question_in_words(tmp_path, minilm_embedder, run_host):
+    site = write_corpus(tmp_path / "site")
+    out = tmp_path / "libraries" / "site.json"
+    import_library([site], out, minilm_embedder, ImportOptions(base_url="https://example.com/"), say=print)
+
+    host = run_host(out.parent, timeout=120)
+    for kind, question in QUESTIONS.items():
+        answer = httpx.post(f"{host.url}/", json={"query": question, "count": 1, "count_type": "bit"}, timeout=60)
+        assert answer.status_code == 200, answer.text
+        best = answer.json()["bits"][0]
+        assert FACTS[kind] in best["text"], (kind, best["text"][:80])
+        assert best["info"]["url"].startswith(("https://example.com/", "https://harbour.example/"))

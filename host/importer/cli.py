@@ -11,13 +11,15 @@ from the others: a publisher's script notices); 130 interrupted (the old output 
 from __future__ import annotations
 
 import argparse
-import importlib
 import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from host.embedders import minilm
+from host.embedders.errors import NoEmbedder
+from host.embedders.service import build_embedders
 from host.importer.embedding import Embedder, chunk_limit_warning
 from host.importer.errors import ImporterError
 from host.importer.pipeline import (
@@ -30,7 +32,6 @@ from host.importer.pipeline import (
 )
 from host.importer.progress import BarProgress, wants_bar
 
-LOCAL_MODEL = "sentence-transformers:all-MiniLM-L6-v2"
 CACHE_SUFFIX = ".embeddings-cache.sqlite"
 _TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -58,29 +59,31 @@ examples:
 
 
 def open_embedder(model: str | None, embedder_url: str | None, embedder_model: str | None) -> Embedder:
-    """INTEGRATION POINT: the embedder `import` uses, from --model / --embedder-url / --embedder-model.
+    """The embedder `import` uses, from --model / --embedder-url / --embedder-model.
 
-    It must be the same one `serve` uses for that model (host.embedders' registry), so that text
-    queries land in the library's vector space. This stand-in opens the built-in local MiniLM when
-    `host.embedders` is installed, and says so when it is not or when another model is asked for.
+    The same embedders `serve` keeps (host.embedders), so that text queries land in the library's
+    vector space: the built-in local MiniLM, or the OpenAI-compatible service serving library model
+    `model` (default `openai.com:<embedder_model>`). The local one runs on every core here: an
+    import is a batch job, where `serve` gives each query one thread.
     """
-    if embedder_url is not None or embedder_model is not None:
-        if embedder_url is None or embedder_model is None:
-            raise ImporterError("--embedder-url and --embedder-model go together")
-        raise ImporterError("--embedder-url: this build has no OpenAI-compatible embedder (host.embedders)")
-    model = model or LOCAL_MODEL
-    if model != LOCAL_MODEL:
-        raise ImporterError(f"--model {model}: no embedder for it; use --model {LOCAL_MODEL} "
-                            "or --embedder-url URL --embedder-model NAME")
+    remote = embedder_url is not None or embedder_model is not None
+    wanted = model or (f"openai.com:{embedder_model}" if embedder_model else minilm.MODEL)
+    if not remote:
+        if wanted != minilm.MODEL:
+            raise ImporterError(f"--model {wanted}: no local embedder for it; use --model {minilm.MODEL} "
+                                "or --embedder-url URL --embedder-model NAME")
+        problem = minilm.missing_requirement()
+        if problem:
+            raise ImporterError(f"--model {wanted}: {problem}")
+        return minilm.MiniLMEmbedder(threads=0)
     try:
-        minilm = importlib.import_module("host.embedders.minilm")
-    except ImportError:
-        raise ImporterError(f"--model {model}: this build has no local embedder (host.embedders)") from None
-    problem = minilm.missing_requirement()
-    if problem:
-        raise ImporterError(f"--model {model}: {problem}")
-    embedder: Embedder = minilm.MiniLMEmbedder(threads=0)  # every core: an import is a batch job
-    return embedder
+        registry = build_embedders("auto", embedder_url, embedder_model, model)
+    except ValueError as problem:
+        raise ImporterError(f"--embedder-url/--embedder-model: {problem}") from None
+    try:
+        return registry.get(wanted)
+    except NoEmbedder:
+        raise ImporterError(f"--model {wanted}: no embedder serves it") from None
 
 
 EmbedderOpener = Callable[[str | None, str | None, str | None], Embedder]
@@ -102,7 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "+ #heading; front matter url and feed links win (default: file: URLs of "
                              "this machine, for trying a library locally)")
     parser.add_argument("--model", metavar="M",
-                        help=f"the embedding model (default: {LOCAL_MODEL}, local and offline; "
+                        help=f"the embedding model (default: {minilm.MODEL}, local and offline; "
                              "with --embedder-url: openai.com:<--embedder-model>)")
     parser.add_argument("--embedder-url", metavar="URL",
                         help="embed through an OpenAI-compatible /v1/embeddings service (key from "

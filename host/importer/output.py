@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from host.importer.errors import ImporterError
-from host.library_format import check_library
+from host.library_format import check_library, parse_json
 
 
 def render_library(library: dict[str, Any]) -> str:
@@ -42,7 +42,7 @@ def write_library(library: dict[str, Any], out: Path, access_tag: str | None) ->
             handle.write(render_library(library))
             handle.flush()
             os.fsync(handle.fileno())
-        _, problems = check_library(json.loads(temporary.read_text(encoding="utf-8")), access_tag=access_tag)
+        _, problems = check_library(parse_json(temporary.read_text(encoding="utf-8")), access_tag=access_tag)
         if problems:
             raise ImporterError(f"the library made would not be valid ({problems[0]}); {out} is left as it was")
         os.chmod(temporary, _mode_for(out))
