@@ -6,7 +6,8 @@ page furniture: `nav`, `aside`, scripts, styles, forms' controls, embedded frame
 elements start blocks, list items and table rows start lines (`- item`, `a | b`), `<pre>` keeps
 its lines. A heading's anchor is its `id` (or that of an `<a id|name>` inside it).
 
-The title is `<title>` (or, for a page without one, its first `<h1>`); the description is
+The title is `<title>`, or the page's first `<h1>` when `<title>` contains it ("Post" for "Post |
+Blog") or there is no `<title>` (see `Outline`); the description is
 `<meta name="description">` (or `og:description`); a page's `<link rel="canonical">`, when
 absolute, is its URL.
 """
