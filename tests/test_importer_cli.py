@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from embedder_fixtures import require_local_embedder
 from embedding_service import running_service
 from importer_support import FACTS, HashingEmbedder, write_corpus
 
@@ -27,6 +26,7 @@ from host.importer.progress import BarProgress, wants_bar
 from host.validate import validate_paths
 
 PROJECT = Path(__file__).resolve().parents[1]
+pytest_plugins = ["embedder_fixtures"]  # minilm_embedder: required in CI
 
 
 class Opener:
@@ -226,7 +226,6 @@ def test_a_model_with_no_local_embedder_is_refused_in_one_line():
         cli.open_embedder("someone:else", None, None)
 
 
-def test_the_default_embedder_is_the_local_minilm_on_every_core():
-    require_local_embedder()
-    embedder = cli.open_embedder(None, None, None)
+def test_the_default_embedder_is_the_local_minilm_on_every_core(minilm_embedder):
+    embedder = cli.open_embedder(None, None, None)  # the fixture has made sure the `embed` extra is here
     assert (embedder.model, embedder.dimension, embedder.threads) == ("sentence-transformers:all-MiniLM-L6-v2", 384, 0)
