@@ -53,7 +53,7 @@ def test_served_by_a_real_host_each_fact_is_found_by_a_question_in_words(tmp_pat
     out = tmp_path / "libraries" / "site.json"
     import_library([site], out, minilm_embedder, ImportOptions(base_url="https://example.com/"), say=print)
 
-    host = run_host(out.parent, timeout=120)
+    host = run_host(out.parent, embedder=True, timeout=120)
     for kind, question in QUESTIONS.items():
         answer = httpx.post(f"{host.url}/", json={"query": question, "count": 1, "count_type": "bit"}, timeout=60)
         assert answer.status_code == 200, answer.text
