@@ -35,6 +35,7 @@ from benchmarks import (
     encoding,
     fixtures,
     http_load,
+    importing,
     latency,
     memory,
     text_queries,
@@ -55,6 +56,7 @@ STEPS: list[Step] = [
     memory.STEP,
     http_load.STEP,
     text_queries.STEP,
+    importing.STEP,
 ]
 
 
