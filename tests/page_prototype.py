@@ -21,7 +21,7 @@ from urllib.parse import quote
 import numpy as np
 import uvicorn
 from browser_support import STRICT_CSP
-from conftest import PROJECT, free_port
+from conftest import PROJECT
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
@@ -29,6 +29,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from host.catalog import Catalog
+from host.harness import free_port
 from host.index import ModelIndex
 
 WEB = PROJECT / "host" / "web"
