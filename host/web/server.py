@@ -4,15 +4,21 @@ uvicorn never closes a connection that sends nothing or only part of its headers
 that stops reading holds its answer in memory for as long as it likes. `GuardedH11Protocol` adds
 the two missing timers: headers must arrive within `header_timeout` seconds of a connection being
 ready for a request, and a paused write (the client is not reading) may last `write_timeout`
-seconds before the connection is dropped. The worker's open-file limit is raised where the system
+seconds before the connection is dropped. A dropped connection whose answer the kernel still holds
+is reset, so the kernel lets go of it too. The worker's open-file limit is raised where the system
 allows and the connection cap kept under it, so idle sockets can never lock everyone out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import logging
 import resource
+import socket
+import struct
+import termios
 from typing import Any
 
 import h11
@@ -77,6 +83,13 @@ class GuardedH11Protocol(H11Protocol):
         self._cancel_timers()
         if not self.transport.is_closing():
             log.debug("dropping a connection from %s: %s", self.client, why)
+            connection = self.transport.get_extra_info("socket")
+            if connection is not None and unsent_bytes(connection):
+                # Else the kernel keeps what it already took (up to its send buffer, 4 MiB by default)
+                # in an orphaned socket, probing a client that answers but never reads for as long as
+                # that client likes. A zero linger makes the close a reset, which frees it at once.
+                with contextlib.suppress(OSError):
+                    connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.transport.abort()  # close() would first wait to flush what the client is not reading
 
     def _cancel_timers(self) -> None:
@@ -84,6 +97,15 @@ class GuardedH11Protocol(H11Protocol):
             if timer is not None:
                 timer.cancel()
         self._header_timer = self._stall_timer = None
+
+
+def unsent_bytes(connection: Any) -> int:
+    """Bytes the kernel holds for this socket that the client has not acknowledged (Linux); 0 if unknown."""
+    try:
+        held: int = struct.unpack("i", fcntl.ioctl(connection.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
+        return held
+    except (OSError, AttributeError):
+        return 0
 
 
 def prepare_worker(settings: Settings) -> int:
