@@ -175,6 +175,8 @@ def test_idle_and_half_open_connections_are_closed_and_the_cap_refuses_cleanly(r
         wait_until(lambda: server_connections(host, ports) == 60, "the idle connections being held")
         refused = ask(host.url)
         assert refused.status_code == 503  # over the cap: a clean refusal, not a hang
+        assert refused.json() == {"error": "this host holds as many connections as it allows: try again in a moment"}
+        assert refused.headers["retry-after"] == "1"
 
         wait_until(lambda: server_connections(host, ports) == 0, "the server closing idle and half-open connections")
         assert ask(host.url).status_code == 200

@@ -19,10 +19,12 @@ import resource
 import socket
 import struct
 import termios
+import time
 from typing import Any
 
 import h11
 import uvicorn
+from uvicorn._types import ASGIReceiveCallable, ASGISendCallable, Scope
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from host.process import bind_workers_over_tcp
@@ -30,18 +32,48 @@ from host.settings import Settings
 
 log = logging.getLogger("polymath_host.server")
 DESCRIPTORS_KEPT_FREE = 64  # for library files, the access file, logs and the listening socket
+OVER_CAP_BODY = b'{"error":"this host holds as many connections as it allows: try again in a moment"}'
+CAP_WARNING_INTERVAL = 60.0  # seconds between two log lines saying requests are refused at the cap
+
+
+async def refuse_over_cap(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+    """The connection cap's 503, a one-line JSON error like every other refusal; the connection closes after it."""
+    await send({"type": "http.response.start", "status": 503, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(OVER_CAP_BODY)).encode()),
+        (b"retry-after", b"1"), (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": OVER_CAP_BODY, "more_body": False})
 
 
 class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a header-read timer and a write-stall timer per connection."""
+    """uvicorn's h11 protocol with a header-read timer and a write-stall timer per connection, and a
+    connection cap that refuses requests with a JSON 503 (uvicorn's own answers text/plain and logs a
+    warning for every refused request)."""
 
     header_timeout = 10.0
     write_timeout = 30.0
+    connection_cap: int | None = None  # per worker; None: no cap
+    _cap_warned_at = -CAP_WARNING_INTERVAL
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._header_timer: asyncio.TimerHandle | None = None
         self._stall_timer: asyncio.TimerHandle | None = None
+
+    # uvicorn reads `self.app` once for each request it starts: past the cap, that is the refusal.
+    @property
+    def app(self) -> Any:
+        cap = self.connection_cap
+        if cap is not None and (len(self.connections) > cap or len(self.tasks) >= cap):
+            now = time.monotonic()
+            if now - GuardedH11Protocol._cap_warned_at >= CAP_WARNING_INTERVAL:
+                GuardedH11Protocol._cap_warned_at = now
+                log.warning("over the connection cap (%d): refusing requests with 503", cap)
+            return refuse_over_cap
+        return self._app
+
+    @app.setter
+    def app(self, value: Any) -> None:
+        self._app = value
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -117,7 +149,8 @@ def prepare_worker(settings: Settings) -> int:
     if settings.max_connections > affordable:
         log.warning("at most %d connections: the open-file limit is %d (raise it with ulimit -n)",
                     affordable, descriptors)
-    return min(settings.max_connections, affordable)
+    GuardedH11Protocol.connection_cap = min(settings.max_connections, affordable)
+    return GuardedH11Protocol.connection_cap
 
 
 def raise_open_file_limit() -> int:
@@ -135,10 +168,10 @@ def raise_open_file_limit() -> int:
 
 def run(app: Any, settings: Settings, *, host: str, port: int, workers: int, log_level: str) -> None:
     """Serve `app` (an ASGI app, or with workers the import string of a factory) until stopped."""
-    cap = prepare_worker(settings)
+    prepare_worker(settings)  # workers, fresh processes, run it again (host.web.app)
     options: dict[str, Any] = {
         "host": host, "port": port, "log_level": log_level, "access_log": False,
-        "http": GuardedH11Protocol, "limit_concurrency": cap, "timeout_keep_alive": 5,
+        "http": GuardedH11Protocol, "timeout_keep_alive": 5,  # no limit_concurrency: the protocol caps
     }
     if workers > 1:
         bind_workers_over_tcp()
