@@ -70,7 +70,11 @@ def library_name(library: int) -> str:
 
 
 def request_set(token: str) -> list[dict[str, Any]]:
-    """Six requests; the number of bits each returns tells which it was (KINDS)."""
+    """Six requests; the number of bits each returns tells which it was (KINDS).
+
+    Each names its model: the host also serves the abuser's model (scripts/soak/ballast.py), and
+    a query that names none is then a 400.
+    """
     requests = []
     for caller in ("anonymous", "token"):
         headers = {"Content-Type": "application/json"}
@@ -79,6 +83,7 @@ def request_set(token: str) -> list[dict[str, Any]]:
         extra = 1 if caller == "token" else 0
         for vector, count_type, count in ((E0, "bit", 12 + extra), (-E0, "bit", 12 + extra),
                                           (E0, "token", 65 + 10 * extra)):
-            body = json.dumps({"query_embedding": b64(vector), "count": count, "count_type": count_type})
+            body = json.dumps({"query_embedding": b64(vector), "query_embedding_model": MODEL, "count": count,
+                               "count_type": count_type})
             requests.append({"headers": headers, "body": body, "caller": caller})
     return requests

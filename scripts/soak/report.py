@@ -18,6 +18,11 @@ def load_average() -> list[float]:
     return [round(value, 2) for value in os.getloadavg()]
 
 
+def spread(values: list[float]) -> list[float] | None:
+    """Median and maximum, rounded; None for no values."""
+    return [round(statistics.median(values), 2), round(max(values), 2)] if values else None
+
+
 def load_figures(load: dict[str, Any], elapsed: float) -> dict[str, Any]:
     return {
         "load generator": load["generator"],
@@ -25,19 +30,16 @@ def load_figures(load: dict[str, Any], elapsed: float) -> dict[str, Any]:
         "requests served": load["requests"],
         "requests per second": round(load["requests"] / (load["duration_us"] / 1e6), 1),
         "errors (failed or wrong answers)": load["errors"],
-        "latency p50 / p90 / p99 / max ms": [round(load[key] / 1000, 2) for key in ("p50_us", "p90_us", "p99_us", "max_us")],
+        "latency p50 / p90 / p99 / max ms": [round(load[key] / 1000, 2)
+                                             for key in ("p50_us", "p90_us", "p99_us", "max_us")],
     }
 
 
 def admin_figures(admin: Admin) -> dict[str, Any]:
-    def median(values: list[float]) -> float | None:
-        return round(statistics.median(values), 2) if values else None
-
     return {
         "tokens issued / revoked by the admin": [admin.issued, admin.revoked],
-        "grant seen after (median s)": median(admin.grant_seconds),
-        "revocation seen after (median s, max s)": [median(admin.revoke_seconds),
-                                                    round(max(admin.revoke_seconds), 2) if admin.revoke_seconds else None],
+        "grant seen after (median s, max s)": spread(admin.grant_seconds),
+        "revocation seen after (median s, max s)": spread(admin.revoke_seconds),
         "admin failures": admin.failures[:5],
     }
 
