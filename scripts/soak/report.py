@@ -48,6 +48,7 @@ def memory_figures(sampler: Sampler) -> dict[str, Any]:
     first, last = sampler.samples[0], sampler.samples[-1]
     return {
         "memory samples": len(sampler.samples),
+        "RSS MiB every 10 samples": [round(rss / MIB) for rss, _ in sampler.samples[::10]],
         "RSS MiB at start / peak / end (server + workers)": [round(first[0] / MIB, 1), round(sampler.peak_rss / MIB, 1),
                                                               round(last[0] / MIB, 1)],
         "PSS MiB at start / peak / end (server + workers)": [round(first[1] / MIB, 1), round(sampler.peak_pss / MIB, 1),
