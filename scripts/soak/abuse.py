@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ class Abuse:
         }
         self.threads = [threading.Thread(target=self.guarded(actor.run), name=name) for name, actor in actors.items()]
 
-    def guarded(self, run: Any) -> Any:
+    def guarded(self, run: Callable[[], None]) -> Callable[[], None]:
         """An actor that dies is a failure of the run, not a silent end of its abuse."""
         def guarded_run() -> None:
             try:
