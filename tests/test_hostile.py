@@ -127,6 +127,40 @@ def test_clients_that_never_read_their_answers_are_dropped_and_others_are_served
             reader.close()
 
 
+def kernel_sockets(host: RunningHost, ports: set[int]) -> list[str]:
+    """The server side of connections to these client ports still known to the kernel, whoever holds them."""
+    return [f"{connection.status} (pid {connection.pid})" for connection in psutil.net_connections("tcp")
+            if connection.laddr and connection.laddr.port == host.port
+            and connection.raddr and connection.raddr.port in ports]
+
+
+def test_a_dropped_reader_leaves_no_unsent_answer_behind_in_the_kernel(run_host, big_folder: Path) -> None:
+    # ~2.5 MB answers fit in the kernel's send buffer (up to 4 MiB): the server writes them whole and
+    # the connection goes idle. A plain close would leave each socket to the kernel, still holding its
+    # unsent answer and probing a client that answers but never reads, for as long as that client likes.
+    host = run_host(big_folder, "--header-timeout", "1", "--write-timeout", "1")
+    body = json.dumps({"query_embedding": b64(VECTORS[2]), "count": 600, "count_type": "bit", "omit": ""}).encode()
+    request = (f"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+               .encode() + body)
+    readers = []
+    for _ in range(4):
+        reader = open_socket(host.url)
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reader.sendall(request)
+        readers.append(reader)
+    ports = {reader.getsockname()[1] for reader in readers}
+    try:
+        wait_until(lambda: kernel_sockets(host, ports), "the readers connecting")
+        wait_until(lambda: server_connections(host, ports) == 0, "the server dropping the readers")
+        time.sleep(0.5)
+
+        assert kernel_sockets(host, ports) == []
+        assert ask(host.url).status_code == 200
+    finally:
+        for reader in readers:
+            reader.close()
+
+
 # ---- connections: idle and half-open ones are closed, a cap refuses cleanly -------------------------------
 
 
@@ -141,6 +175,8 @@ def test_idle_and_half_open_connections_are_closed_and_the_cap_refuses_cleanly(r
         wait_until(lambda: server_connections(host, ports) == 60, "the idle connections being held")
         refused = ask(host.url)
         assert refused.status_code == 503  # over the cap: a clean refusal, not a hang
+        assert refused.json() == {"error": "this host holds as many connections as it allows: try again in a moment"}
+        assert refused.headers["retry-after"] == "1"
 
         wait_until(lambda: server_connections(host, ports) == 0, "the server closing idle and half-open connections")
         assert ask(host.url).status_code == 200
