@@ -25,7 +25,7 @@ from host.index import ModelIndex
 
 MAX_POINTS = 1500
 SAMPLE_SEED = 20240611
-WIDTH, HEIGHT, MARGIN = 640, 400, 12  # the SVG's viewBox, in its own units
+WIDTH, HEIGHT, MARGIN = 640, 400, 14  # the SVG's viewBox, in its own units
 SUBSPACE = 10  # random directions the two components are found within
 POWER_ITERATIONS = 4
 MAPS_KEPT = 64
@@ -64,6 +64,11 @@ class LibraryMap:
     shown: int
     total: int
     variance: tuple[float, float]
+    radius: float  # of a point: larger when there are few
+
+
+def point_radius(points: int) -> float:
+    return 8.0 if points <= 40 else 6.0 if points <= 200 else 4.5
 
 
 def principal_plane(vectors: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, tuple[float, float]]:
@@ -130,7 +135,8 @@ def library_map(projection: Projection, library: str, href: str, like_href: Call
         for (x, y), bit_id, title, private in zip(projection.xy.tolist(), projection.ids, projection.titles,
                                                   projection.private)
     )
-    return LibraryMap(library, href, WIDTH, HEIGHT, points, len(points), projection.total, projection.variance)
+    return LibraryMap(library, href, WIDTH, HEIGHT, points, len(points), projection.total, projection.variance,
+                      point_radius(len(points)))
 
 
 class ProjectionCache:

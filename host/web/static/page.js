@@ -91,7 +91,7 @@ async function show(url, { push = false, scroll = false } = {}) {
   if (response.status === 401) {
     storeToken(null);
     showTokenState(null);
-    say("error", "The host refused the token, so this tab has forgotten it (the page says why).");
+    say("error", "The host refused the token, so this tab has forgotten it (the notice below says why).");
   }
   if (push) history.pushState({ withToken: true }, "", url.href);
   document.title = fetched.title;
