@@ -33,28 +33,25 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from host.index import ModelIndex  # noqa: E402
-from host.constraints import (  # noqa: E402
+from host.constraints import (
     build_text_index,
     constraint_mask,
     model_term_similarity,
     parse_constraint,
     parse_metadata_condition,
 )
-from host.constraints.words import words  # noqa: E402
-from host.engine import rank  # noqa: E402
-from host.library_format import ADA_002, ParsedLibrary  # noqa: E402
-from host.store import STORE_FORMAT, CompiledLibrary, SourceKey, open_compiled, write_compiled  # noqa: E402
+from host.constraints.words import words
+from host.engine import rank
+from host.index import ModelIndex
+from host.library_format import ADA_002, ParsedLibrary
+from host.store import STORE_FORMAT, CompiledLibrary, SourceKey, open_compiled, write_compiled
 
 DIMENSION = 1536
 VOCABULARY = 40_000
 ZIPF = 1.07
 TEXT_WORDS = (150, 250)
 GENERATOR = 1
-SAMPLE = ROOT / "scripts" / "sample_source" / "kjv-selection.tsv"
+SAMPLE = Path(__file__).resolve().parent / "sample_source" / "kjv-selection.tsv"
 
 
 def say(message: str) -> None:

@@ -62,7 +62,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     access = root / "access.SECRET.json"
     admin("access", "init", "--access", str(access))
     token = admin("token", "issue", "alice@example.com", "--tag", "unpublished", "--access", str(access))
-    host = start_host(libraries, "--access", str(access))
+    host = start_host(libraries, "--access", str(access), embedder=True)
     yield Site(host, access, token)
     stop_host(host)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from embedding_service import EmbeddingService, Reply, running_service, unit_vector
+from embedding_service import EmbeddingService, Reply, running_service, unit_vector, wait_until
 
 from host.embedders import EmbedderError, EmbedderTimeout, NoEmbedder, minilm
 from host.embedders.service import MAX_CACHED_TEXT_CHARS, Embedders, build_embedders
@@ -181,7 +181,10 @@ def test_queued_work_nobody_waits_for_is_dropped() -> None:
 
         outcomes = asyncio.run(impatient())
         assert all(isinstance(outcome, EmbedderTimeout) for outcome in outcomes)
-        time.sleep(0.7)  # the one that had started finishes; the two queued never start
+        # The one that had started finishes; the two queued never start. Wait for outcomes, not
+        # for fixed times: on a busy machine the first request may reach the service late.
+        wait_until(lambda: len(slow.requests) == 1 and slow.in_flight == 0, timeout=15)
+        time.sleep(1.0)  # a queued one that was not dropped would be sent now
         assert len(slow.requests) == 1
         registry.close()
 
