@@ -36,9 +36,15 @@ def register(commands: Any) -> None:
 def serve_command(args: argparse.Namespace) -> int:
     from host.web import server
     from host.web.app import create_app, embedders_for
+    from host.web.middleware.cors import parse_cors_origins
 
     configure_logging(args.log_level)
     settings = Settings.from_arguments(args)
+    try:
+        parse_cors_origins(settings.cors_origin)
+    except ValueError as problem:
+        say(f"error: --cors-origin: {problem}")
+        return 1
     if not settings.libraries.exists():
         say(f"error: {settings.libraries} does not exist; pass --libraries PATH (a folder of library files)")
         return 1
