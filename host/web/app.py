@@ -30,7 +30,7 @@ from host.process import LOG_LEVEL_VARIABLE, configure_logging, limit_blas_threa
 from host.reloader import LibraryWatcher
 from host.settings import Settings
 from host.web.caller import verified_subject
-from host.web.dialects import openai_embeddings
+from host.web.dialects import openai_embeddings, ragflow
 from host.web.errors import HTTPError, from_core
 from host.web.library_endpoints import library_file, list_libraries
 from host.web.middleware import POLYMATH_LINK, AccessLog, PolymathLinkHeader, RateLimit, RequestBodyGuard
@@ -82,9 +82,10 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
         state.embedders.close()
 
     app = Starlette(
-        routes=ROUTES,
+        routes=[*ROUTES, *ragflow.routes()],
         middleware=[
             Middleware(PolymathLinkHeader),
+            Middleware(ragflow.RAGFlowEnvelope),  # under /api/v1/, every answer in RAGFlow's envelope
             Middleware(AccessLog, metrics=state.metrics, generation=lambda: state.catalog.generation),
             Middleware(RateLimit, per_second=settings.rate_limit, burst=settings.rate_burst,
                        subject_of=partial(verified_subject, state.access)),
