@@ -67,9 +67,12 @@ def check_answer_size(size: int, limit: int) -> None:
 
 
 async def answer(
-    state: HostState, catalog: Catalog, index: ModelIndex, args: QueryArgs, caller: Caller, form: AnswerFormat = "json"
+    state: HostState, catalog: Catalog, index: ModelIndex, args: QueryArgs, caller: Caller, form: AnswerFormat = "json",
+    libraries: frozenset[str] | None = None,
 ) -> bytes:
-    """The rendered result, from the cache when the very same question was asked before."""
+    """The rendered result, from the cache when the very same question was asked before.
+
+    `libraries` narrows the answer to those libraries (the MCP tool's `library`)."""
     restricted_count, restricted_message = state.access.restricted_count, state.access.restricted_message
     key = None  # a random sample is different every time: never cached
     if args.query is not None:
@@ -85,7 +88,7 @@ async def answer(
         # Everything the answer depends on, including the caller's grant: callers with
         # different access never share an entry.
         key = (catalog.generation, index.model, vector.tobytes(), args.count, args.count_type, args.omit,
-               args.similarity_threshold, args.constraint, caller.access_tags, form, restricted_count,
+               args.similarity_threshold, args.constraint, libraries, caller.access_tags, form, restricted_count,
                restricted_message)
         cached = state.answers.get(key)
         if cached is not None:
@@ -96,7 +99,7 @@ async def answer(
     limit = state.settings.max_answer_bytes
 
     def compute() -> bytes:
-        query = Query(vector, args.count, args.count_type, args.similarity_threshold, args.constraint)
+        query = Query(vector, args.count, args.count_type, args.similarity_threshold, args.constraint, libraries)
         selection = run_query(index, query, caller.grant, state.search,
                               count_restricted=restricted_count or bool(restricted_message))
         binary = form == "msgpack"
