@@ -128,7 +128,8 @@ def loopback_or_listed(origin: str, allowed: Sequence[str]) -> bool:
 
 
 class MCPGuard:
-    """In front of the MCP transport: Origin, then the caller's token, then private caching."""
+    """In front of the MCP transport: Origin, content type (our JSON 415, not the transport's bare
+    text 400), then the caller's token, then private caching."""
 
     def __init__(self, app: ASGIApp, allowed_origins: Sequence[str]) -> None:
         self.app = app
@@ -139,6 +140,9 @@ class MCPGuard:
         origin = headers.get("origin")
         if origin is not None and not loopback_or_listed(origin, self.allowed_origins):
             refused = HTTPError(403, f"requests from the web page at {origin!r:.80} may not use {PATH}")
+            return await error_response(refused)(scope, receive, send)
+        if not headers.get("content-type", "").lower().startswith("application/json"):
+            refused = HTTPError(415, f"{PATH} reads JSON-RPC messages: send Content-Type: application/json")
             return await error_response(refused)(scope, receive, send)
         token = bearer_token(headers)
         state: HostState = scope["app"].state.host
