@@ -206,13 +206,15 @@ def unavailable(reason: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def newest_sdk_python(request: pytest.FixtureRequest) -> Path:
-    """A venv holding the newest ragflow-sdk, made once and kept in pytest's cache."""
+def newest_sdk_python(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv holding the newest ragflow-sdk, made once and kept in pytest's cache (or, with the
+    cache off, in this session's temporary folder)."""
     interpreter = python_313()
     if interpreter is None:
         unavailable("no Python 3.13 on this machine for the newest ragflow-sdk (it needs >= 3.13)")
     assert interpreter is not None
-    venv = Path(request.config.cache.mkdir("ragflow-sdk-0.27.3"))
+    cache = getattr(request.config, "cache", None)
+    venv = Path(cache.mkdir("ragflow-sdk-0.27.3")) if cache is not None else tmp_path_factory.mktemp("ragflow-sdk")
     python = venv / "bin" / "python"
     ready = venv / "installed"
     if not ready.exists():
