@@ -114,9 +114,12 @@ async def search(
         args = parse_query_args(fields, max_count=state.settings.max_count,
                                 max_embedding_bytes=state.settings.max_embedding_bytes)
         catalog = state.catalog
-        model, libraries = args.model, None
+        model, libraries = None, None
         if library is not None:
             model, libraries = _library_model(state, caller, library), frozenset({library})
+        elif sum(1 for index in catalog.models.values() if index.visible_count(caller.access_tags)) > 1:
+            raise QueryError("this host serves libraries of several embedding models: name a library "
+                             "(the libraries tool lists them)")
         index = choose_model(catalog, model, caller.grant)
         body = await answer(state, catalog, index, args, caller, "json", libraries)
     state.metrics.count("polymath_queries_total", format="mcp")
