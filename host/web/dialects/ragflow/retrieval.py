@@ -96,6 +96,7 @@ async def retrieval(request: Request) -> Response:
                         constraint=narrowing, libraries=frozenset(dataset.library.name for dataset in chosen))
     selection = await run_in_threadpool(run_hybrid_query, index, query, caller.grant)
     data = await run_in_threadpool(render, selection, chosen, question, options)
+    state.metrics.count("polymath_queries_total", format="ragflow")
     return success(data, headers)
 
 
