@@ -13,6 +13,8 @@ reused. Then, with one BLAS thread (the server's default):
   constraints  per constraint: matching bits, mask time, and rank() with the constraint vs
                without it (p50 of --repeat queries, each a perturbed existing bit)
   terms        term similarity of an 8-word question to the top 1,024 candidates (RAGFlow top_k)
+  hybrid       RAGFlow's retrieval core (host.query.run_hybrid_query: w·vector + (1-w)·term over every
+               visible bit, the SDK's defaults) next to rank() unfiltered, p50
 
 The machine is small and shared: compare ratios measured in one run, not absolute times.
 `measure_filtered_vs_unfiltered()` is the function scripts/bench.py can call for its table.
@@ -33,6 +35,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from access import ANONYMOUS
 from host.constraints import (
     build_text_index,
     constraint_mask,
@@ -42,8 +45,10 @@ from host.constraints import (
 )
 from host.constraints.words import words
 from host.engine import rank
+from host.hybrid import HybridQuery
 from host.index import ModelIndex
 from host.library_format import ADA_002, ParsedLibrary
+from host.query import run_hybrid_query
 from host.store import STORE_FORMAT, CompiledLibrary, SourceKey, open_compiled, write_compiled
 
 DIMENSION = 1536
@@ -225,6 +230,19 @@ def measure_term_scores(library: CompiledLibrary, *, repeat: int = 15, candidate
             "mean_score": float(scores.mean()), "max_score": float(scores.max())}
 
 
+def measure_hybrid(library: CompiledLibrary, *, repeat: int = 15, count: int = 1500) -> dict[str, Any]:
+    """RAGFlow's retrieval (the SDK's defaults: w 0.3, threshold 0.2, top_k 1024) vs rank(), p50 ms."""
+    index = ModelIndex.build((library,))
+    rng = np.random.default_rng(5)
+    vector = library.embeddings[int(rng.integers(library.bit_count))].astype(np.float32)
+    question = "what did the lord say to moses about the people of israel"
+    hybrid = HybridQuery(vector, question, 0.3, 1024, similarity_threshold=0.2)
+    kept = len(run_hybrid_query(index, hybrid, ANONYMOUS).rows)
+    return {"question": question, "kept": kept,
+            "hybrid_ms": p50_ms(lambda: run_hybrid_query(index, hybrid, ANONYMOUS), repeat),
+            "rank_ms": p50_ms(lambda: rank(index, vector, granted=frozenset(), count=count, count_type="token"), repeat)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bits", type=int, default=100_000)
@@ -237,6 +255,7 @@ def main() -> None:
     with threadpool_limits(1):
         constraints = measure_filtered_vs_unfiltered(library, repeat=args.repeat)
         terms = measure_term_scores(library, repeat=args.repeat)
+        hybrid = measure_hybrid(library, repeat=args.repeat)
     print(f"\n{args.bits:,} bits, {build['text_words']:,} text words")
     print(f"build_text_index {build['build_text_index_s']:.1f} s (write_compiled in all "
           f"{build['write_compiled_s']:.1f} s); text_index.bin {build['text_index_bytes'] / 2**20:.0f} MiB = "
@@ -249,8 +268,11 @@ def main() -> None:
               f"{row['unfiltered_ms']:.1f} | {row['ratio']:.2f} |")
     print(f"\nterm similarity of a {len(words(terms['question']))}-word question to {terms['candidates']} "
           f"candidates: {terms['ms']:.2f} ms (mean score {terms['mean_score']:.3f}, max {terms['max_score']:.3f})")
+    print(f"RAGFlow retrieval (hybrid, top_k 1024, w 0.3, threshold 0.2; {hybrid['kept']} kept): "
+          f"{hybrid['hybrid_ms']:.1f} ms vs rank() unfiltered {hybrid['rank_ms']:.1f} ms")
     if args.json:
-        args.json.write_text(json.dumps({"build": build, "constraints": constraints, "terms": terms}, indent=1))
+        args.json.write_text(json.dumps({"build": build, "constraints": constraints, "terms": terms,
+                                         "hybrid": hybrid}, indent=1))
 
 
 if __name__ == "__main__":

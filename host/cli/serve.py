@@ -36,6 +36,7 @@ def register(commands: Any) -> None:
 def serve_command(args: argparse.Namespace) -> int:
     from host.web import server
     from host.web.app import create_app, embedders_for
+    from host.web.dialects import mcp_server
     from host.web.middleware.cors import parse_cors_origins
 
     configure_logging(args.log_level)
@@ -79,6 +80,7 @@ def serve_command(args: argparse.Namespace) -> int:
         say(f"text queries for {', '.join(embedders.models)}")
     if unembedded:
         say(f"no text queries for {', '.join(unembedded)} (send query_embedding, or see --embedder-url)")
+    say(mcp_server.status_line())
     say(f"serving on http://{args.host}:{args.port}/" + (
         f" with access rules from {access_file}" if access_file.exists() else
         f" (public bits only until {access_file} is created: polymath-host access init)"))

@@ -30,7 +30,7 @@ from host.process import LOG_LEVEL_VARIABLE, configure_logging, limit_blas_threa
 from host.reloader import LibraryWatcher
 from host.settings import Settings
 from host.web.caller import verified_subject
-from host.web.dialects import openai_embeddings
+from host.web.dialects import mcp_server, openai_embeddings, ragflow
 from host.web.errors import HTTPError, from_core
 from host.web.library_endpoints import library_file, list_libraries
 from host.web.middleware import (
@@ -83,6 +83,10 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
                              max_bytes=settings.max_library_bytes, interval=settings.watch_interval,
                              also_each_poll=state.access.reload_if_changed)
 
+    # None without the `mcp` extra: /mcp then answers 501. Pages of the origins listed with
+    # --cors-origin may use it as well as loopback ones (never any origin, even with `*`).
+    mcp = mcp_server.build(state, sorted(cors.origins))
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if settings.watch_interval > 0:
@@ -90,15 +94,17 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
             with suppress(NotImplementedError, RuntimeError, ValueError):  # no signals off the main thread
                 asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, watcher.request_reload)
         state.embedders.start_loading()  # so the first text query does not wait for a model to load
-        yield
+        async with mcp_server.running(mcp):
+            yield
         if settings.watch_interval > 0:
             watcher.stop()
         state.embedders.close()
 
     app = Starlette(
-        routes=ROUTES,
+        routes=[*ROUTES, *ragflow.routes(), *mcp_server.routes(mcp)],
         middleware=[
             Middleware(PolymathLinkHeader),
+            Middleware(ragflow.RAGFlowEnvelope),  # under /api/v1/, every answer in RAGFlow's envelope
             Middleware(AccessLog, metrics=state.metrics, generation=lambda: state.catalog.generation),
             # Outside the rate limit and the body guard: their refusals carry CORS headers too, and a
             # preflight (answered there, doing no work) never spends a client's requests.

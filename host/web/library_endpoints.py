@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import quote
 
 import numpy as np
@@ -17,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from host.catalog import Catalog
 from host.results import library_header, result_bit, visible_digest
 from host.store import CompiledLibrary
 from host.web.caller import request_caller
@@ -35,9 +37,16 @@ def library_url(name: str) -> str:
 async def list_libraries(request: Request) -> Response:
     """The libraries this caller may see at least one bit of, with the count they may see."""
     caller = request_caller(request)
+    listed = visible_libraries(host_state(request).catalog, caller.access_tags)
+    headers = cache_headers(caller.token, revalidate=True)
+    return Response(render_json({"libraries": listed}), 200, headers, media_type=JSON)
+
+
+def visible_libraries(catalog: Catalog, access_tags: frozenset[str]) -> list[dict[str, Any]]:
+    """`GET /libraries`'s list (also the MCP `libraries` tool's): only what a caller holding `access_tags` may see."""
     listed = []
-    for library in host_state(request).catalog.libraries:
-        visible = library.visible_bit_count(caller.access_tags)
+    for library in catalog.libraries:
+        visible = library.visible_bit_count(access_tags)
         if visible:
             listed.append({
                 "name": library.name,
@@ -46,8 +55,7 @@ async def list_libraries(request: Request) -> Response:
                 "dimension": library.dimension,
                 "bits": visible,
             })
-    headers = cache_headers(caller.token, revalidate=True)
-    return Response(render_json({"libraries": listed}), 200, headers, media_type=JSON)
+    return listed
 
 
 async def library_file(request: Request) -> Response:

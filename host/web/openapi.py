@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from host.web.dialects.openapi_paths import PATHS as DIALECT_PATHS
+
 _ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
 
 
@@ -192,8 +194,10 @@ OPENAPI: dict[str, Any] = {
                     "multipart/form-data": {"schema": _QUERY_ARGUMENTS},
                 }},
                 "responses": {
-                    "200": {"description": "A version-1 library of the best bits",
-                            "content": {**_JSON_BODY, "application/msgpack": {"schema": {"type": "string", "format": "binary"}}}},
+                    "200": {"description": "A version-1 library of the best bits (Accept: application/msgpack: as "
+                                           "MessagePack; Accept: text/plain: as a context block, README 'text/plain')",
+                            "content": {**_JSON_BODY, "application/msgpack": {"schema": {"type": "string", "format": "binary"}},
+                                        "text/plain": {"schema": {"type": "string"}}}},
                     "400": _error("A bad argument"),
                     "401": _error("An access token that failed verification"),
                     "408": _error("The body did not arrive in time"),
@@ -248,6 +252,7 @@ OPENAPI: dict[str, Any] = {
         "/readyz": {"get": {"summary": "Libraries loaded", "responses": {"200": {"description": "Ready"}}}},
         "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {
             "description": "Metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+        **DIALECT_PATHS,
     },
     "components": {"schemas": {"Error": _ERROR, "Bit": _BIT, "Library": _LIBRARY, "Page": _PAGE}},
 }

@@ -4,7 +4,7 @@ bodies, and the caching headers every response computed for a caller carries."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 import msgpack
 from starlette.responses import Response
@@ -20,6 +20,31 @@ MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack", "application/vn
 
 def wants_msgpack(accept: str) -> bool:
     return any(kind in accept for kind in MSGPACK_TYPES)
+
+
+AnswerFormat = Literal["json", "msgpack", "text"]
+
+
+def answer_format(accept: str) -> AnswerFormat:
+    """What a query answer is rendered as: MessagePack when any of its types is named (as always);
+    else the context block (host/web/context_block.py) when `text/plain` is named with a higher
+    q-value than `application/json`, or as high and before it; else JSON (`*/*`, no header)."""
+    if wants_msgpack(accept):
+        return "msgpack"
+    ranked: dict[str, tuple[float, int]] = {}
+    for position, item in enumerate(accept.split(",")):
+        kind, *parameters = (part.strip() for part in item.split(";"))
+        quality = 1.0
+        for parameter in parameters:
+            name, _, value = parameter.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    quality = float(value)
+                except ValueError:
+                    quality = 0.0
+        ranked.setdefault(kind.lower(), (quality, -position))
+    text, json_ = ranked.get("text/plain", (0.0, 0)), ranked.get("application/json", (0.0, 0))
+    return "text" if text[0] > 0 and text > json_ else "json"
 
 
 def render_json(content: Any) -> bytes:

@@ -34,8 +34,9 @@ ANY = "*"
 NONE = "none"
 ALLOWED_METHODS = "GET, HEAD, POST"
 # Headers a browser app may send beyond the CORS-safelisted ones: a bearer token, a JSON or
-# msgpack body, conditional GETs of library files. (`*` would not cover Authorization.)
-ALLOWED_HEADERS = "Authorization, Content-Type, Accept, If-None-Match"
+# msgpack body, conditional GETs of library files, and the MCP transport's own headers for a browser
+# MCP client. (`*` would not cover Authorization.)
+ALLOWED_HEADERS = "Authorization, Content-Type, Accept, If-None-Match, Mcp-Protocol-Version, Mcp-Session-Id"
 # Headers a browser app may read beyond the safelisted ones: the endpoint link (the JavaScript
 # client's discovery reads it), a library file's ETag, a 429's Retry-After, a 401's reason.
 EXPOSED_HEADERS = "Link, ETag, Retry-After, WWW-Authenticate"
