@@ -25,7 +25,7 @@ GROWTH = 4
 HIDDEN_DISTANCE = np.uint16(np.iinfo(np.uint16).max)  # never among the nearest codes
 # A constraint matching at most this share of the rows is ranked by scoring those rows only
 # (gathered), not the whole matrix. A gathered row costs ~9x a scanned one (100k bits: 8% of the
-# rows gathered took as long as the full scan; scripts/bench_constraints.py), so only below 5%.
+# rows gathered took as long as the full scan; scripts/benchmarks/constraints.py), so only below 5%.
 SUBSET_SHARE = 0.05
 FLOAT32_ROUNDING = 2.0**-23  # twice float32's unit roundoff
 RESCORE_BLOCK = 1024  # rows converted to float64 at a time

@@ -32,6 +32,7 @@ from benchmarks import (
     approximate,
     coldstart,
     compiling,
+    constraints,
     encoding,
     fixtures,
     http_load,
@@ -57,6 +58,7 @@ STEPS: list[Step] = [
     http_load.STEP,
     text_queries.STEP,
     importing.STEP,
+    constraints.STEP,
 ]
 
 
