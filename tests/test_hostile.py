@@ -24,7 +24,12 @@ import pytest
 from conftest import PROJECT, RunningHost
 from librarian import TEST_MODEL, b64, make_library, unit_vectors, write_library
 
+from access import ANONYMOUS
 from host.catalog import load_catalog
+from host.library_format import parse_omit
+from host.query import Query, SearchPolicy, run_query
+from host.results import build_result
+from host.web.responses import render_json
 
 DIMENSION = 384
 VECTORS = unit_vectors(600, DIMENSION, seed=61)
@@ -125,6 +130,21 @@ def test_clients_that_never_read_their_answers_are_dropped_and_others_are_served
     finally:
         for reader in readers:
             reader.close()
+
+
+def test_a_large_answer_is_streamed_as_it_is_rendered_byte_for_byte(run_host, big_folder: Path) -> None:
+    # Over 1 MiB, an answer is rendered a few bits at a time as it is sent: a client that reads
+    # slowly holds those bits, not the whole answer (the soak's abuse phase measures the memory).
+    host = run_host(big_folder)
+    fields = {"query_embedding": b64(VECTORS[2]), "count": 600, "count_type": "bit", "omit": ""}
+
+    streamed = httpx.post(f"{host.url}/", json=fields, timeout=60)
+
+    index = load_catalog(big_folder).models[TEST_MODEL]
+    selection = run_query(index, Query(VECTORS[2], 600, "bit"), ANONYMOUS, SearchPolicy())
+    assert streamed.status_code == 200 and streamed.headers.get("transfer-encoding") == "chunked"
+    assert len(streamed.content) > 1 << 20
+    assert streamed.content == render_json(build_result(index, selection, parse_omit("")))
 
 
 def kernel_sockets(host: RunningHost, ports: set[int]) -> list[str]:

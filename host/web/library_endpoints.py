@@ -8,7 +8,6 @@ and never tells one caller about another's bits.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote
@@ -23,10 +22,8 @@ from host.results import library_header, result_bit, visible_digest
 from host.store import CompiledLibrary
 from host.web.caller import request_caller
 from host.web.errors import HTTPError
-from host.web.responses import JSON, accepts_gzip, cache_headers, is_not_modified, render_json
+from host.web.responses import JSON, accepts_gzip, cache_headers, is_not_modified, render_json, streamed_json
 from host.web.state import HostState, host_state
-
-BITS_PER_PIECE = 256
 
 
 def library_url(name: str) -> str:
@@ -92,24 +89,14 @@ async def etag_digest(state: HostState, library: CompiledLibrary, visible_tags: 
     return digest
 
 
-async def _pieces(library: CompiledLibrary, visible_tags: frozenset[str], gzip: bool) -> AsyncIterator[bytes]:
+def _pieces(library: CompiledLibrary, visible_tags: frozenset[str], gzip: bool) -> AsyncIterator[bytes]:
     """The file exactly as `render_json(publish_library(...))` would be, a few hundred bits at a time."""
-    rows = np.flatnonzero(library.visible_rows(visible_tags))
-    compressor = zlib.compressobj(6, zlib.DEFLATED, 31) if gzip else None  # wbits 31: a gzip stream
+    rows = np.flatnonzero(library.visible_rows(visible_tags)).tolist()
 
-    def encoded(piece: bytes) -> bytes:
-        return compressor.compress(piece) if compressor is not None else piece
+    def render_bits(start: int, stop: int) -> bytes:
+        return b",".join(render_json(result_bit(library, row)) for row in rows[start:stop])
 
-    yield encoded(render_json(library_header(library, len(rows)))[: -len(b"]}")])
-    for start in range(0, len(rows), BITS_PER_PIECE):
-        chunk = rows[start : start + BITS_PER_PIECE]
-        rendered = await run_in_threadpool(_render_bits, library, chunk)
-        yield encoded((b"," if start else b"") + rendered)
-    yield encoded(b"]}") + (compressor.flush() if compressor is not None else b"")
-
-
-def _render_bits(library: CompiledLibrary, rows: np.ndarray) -> bytes:
-    return b",".join(render_json(result_bit(library, row)) for row in rows.tolist())
+    return streamed_json(library_header(library, len(rows)), len(rows), render_bits, gzip=gzip)
 
 
 async def _kept_as_sent(state: HostState, key: tuple[str, bool], pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -1,12 +1,16 @@
 """Bytes on the wire: JSON (NaN refused, as Starlette's JSONResponse does) and MessagePack, error
-bodies, and the caching headers every response computed for a caller carries."""
+bodies, the caching headers every response computed for a caller carries, and bodies sent in
+pieces (a large one is never held whole for a client who reads slowly)."""
 
 from __future__ import annotations
 
 import json
+import zlib
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
 import msgpack
+from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
@@ -15,6 +19,7 @@ from host.web.errors import HTTPError
 JSON = "application/json"
 MSGPACK = "application/msgpack"
 CHUNK_BYTES = 1 << 16
+BITS_PER_PIECE = 32  # bits rendered at a time into a streamed answer or library file: ~100 KB of text
 MSGPACK_TYPES = ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
 
 
@@ -97,3 +102,21 @@ def accepts_gzip(accept_encoding: str) -> bool:
         if name.strip() in ("gzip", "*"):
             return parameters.replace(" ", "") not in ("q=0", "q=0.0", "q=0.00", "q=0.000")
     return False
+
+
+async def streamed_json(header: dict[str, Any], bit_count: int, render_bits: Callable[[int, int], bytes], *,
+                        gzip: bool = False) -> AsyncIterator[bytes]:
+    """`render_json({**header, "bits": [...]})` exactly, a piece at a time, so that no whole answer or
+    file is ever held: the header, then `render_bits(start, stop)` (those bits' JSON, comma-joined)
+    BITS_PER_PIECE at a time in a worker thread, gzip-compressed on the way when asked. Rendering bit
+    by bit also lets other requests run between bits."""
+    compressor = zlib.compressobj(6, zlib.DEFLATED, 31) if gzip else None  # wbits 31: a gzip stream
+
+    def encoded(piece: bytes) -> bytes:
+        return compressor.compress(piece) if compressor is not None else piece
+
+    yield encoded(render_json({**header, "bits": []})[: -len(b"]}")])
+    for start in range(0, bit_count, BITS_PER_PIECE):
+        rendered = await run_in_threadpool(render_bits, start, min(bit_count, start + BITS_PER_PIECE))
+        yield encoded((b"," if start else b"") + rendered)
+    yield encoded(b"]}") + (compressor.flush() if compressor is not None else b"")
