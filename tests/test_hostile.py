@@ -147,6 +147,42 @@ def test_a_large_answer_is_streamed_as_it_is_rendered_byte_for_byte(run_host, bi
     assert streamed.content == render_json(build_result(index, selection, parse_omit("")))
 
 
+def larger_library(folder: Path) -> np.ndarray:
+    """1,500 bits of ~4.5 KB: answers of ~7 MB, more than the kernel's buffers take at once."""
+    vectors = unit_vectors(1500, DIMENSION, seed=62)
+    library = make_library(vectors)
+    for row, bit in enumerate(library["bits"]):
+        bit["text"] = f"bit {row} {LONG_TEXT}"
+    write_library(folder / "larger.json", library)
+    return vectors
+
+
+def test_a_streamed_answer_is_neither_cut_nor_left_hanging_by_the_body_read_timer(run_host, tmp_path: Path) -> None:
+    # The body-read timer once also timed the wait for a disconnect while an answer streamed: past
+    # --body-read-timeout the stream stopped, and a client that did not read was never dropped.
+    vectors = larger_library(tmp_path / "libraries")
+    host = run_host(tmp_path / "libraries", "--body-read-timeout", "1", "--write-timeout", "2")
+    fields = {"query_embedding": b64(vectors[4]), "count": 1500, "count_type": "bit", "omit": ""}
+    body = json.dumps(fields).encode()
+    request = (f"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+               .encode() + body)
+    stalled = open_socket(host.url)
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stalled.sendall(request)
+    try:
+        received = b""
+        with httpx.stream("POST", f"{host.url}/", json={**fields, "query_embedding": b64(vectors[5])},
+                          timeout=60) as response:
+            for piece in response.iter_raw(1 << 16):
+                received += piece
+                time.sleep(0.02)  # slower than the body-read timer: ~2 s in all
+        wait_until(lambda: server_connections(host, {stalled.getsockname()[1]}) == 0,
+                   "the server dropping the reader that never reads")
+    finally:
+        stalled.close()
+    assert len(received) > 6 << 20 and json.loads(received)["details"]["counts"]["bits"] == 1500
+
+
 def kernel_sockets(host: RunningHost, ports: set[int]) -> list[str]:
     """The server side of connections to these client ports still known to the kernel, whoever holds them."""
     return [f"{connection.status} (pid {connection.pid})" for connection in psutil.net_connections("tcp")
