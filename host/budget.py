@@ -89,7 +89,7 @@ def best_rows(scores: np.ndarray, k: int, rescore: Rescore, margin: float,
     if k >= len(scores):
         np.greater(scores, NEGATIVE_INFINITY, out=above)
     else:
-        work = SCRATCH.take("partition", len(scores), np.float32)
+        work = SCRATCH.take("partition", len(scores), scores.dtype)
         np.copyto(work, scores)
         work.partition(len(scores) - k)
         np.greater_equal(scores, work[len(scores) - k] - np.float32(margin), out=above)

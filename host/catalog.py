@@ -9,7 +9,7 @@ from pathlib import Path
 
 from host.index import ModelIndex
 from host.library_format import LibraryFormatError
-from host.store import DEFAULT_MAX_SOURCE_BYTES, CompiledLibrary, load_library
+from host.store import DEFAULT_MAX_SOURCE_BYTES, CompiledLibrary, StoreError, load_library, open_compiled
 
 COMPILED_FOLDER = ".compiled"
 
@@ -50,6 +50,13 @@ def discover(root: Path) -> list[LibraryFile]:
         if is_library_file(relative) and path.is_file():
             found.append(LibraryFile(path, relative.with_suffix("").as_posix(), access_tag_for(relative)))
     return found
+
+
+def last_compiled(folder: Path, source: Path) -> CompiledLibrary | None:
+    try:
+        return open_compiled(folder, source) if (folder / "meta.json").exists() else None
+    except StoreError:
+        return None
 
 
 def describe_problem(problem: Exception) -> str:
@@ -123,11 +130,14 @@ def load_catalog(
                 max_bytes=max_bytes,
             )
         except Exception as problem:  # one publisher's file, however broken, must not stop the others
-            still = "; still serving its previous version" if before is not None else ""
+            # Its previous version keeps serving: the one in memory, or else the last one compiled
+            # (a worker starting while a publisher is mid-write must serve what the others serve).
+            previous_version = before or last_compiled(cache_dir / entry.name, entry.path)
+            still = "; still serving its previous version" if previous_version is not None else ""
             problems.append(f"{entry.path}: {describe_problem(problem)}{still}")
             public_problems += entry.access_tag is None
-            if before is not None:
-                loaded.append(before)
+            if previous_version is not None:
+                loaded.append(previous_version)
             continue
         if progress:
             verb = "compiled" if compiled else "opened"

@@ -55,7 +55,7 @@ __all__ = [
 HIDDEN_DISTANCE = np.uint16(np.iinfo(np.uint16).max)  # never among the nearest codes
 # A constraint matching at most this share of the rows is ranked by scoring those rows only
 # (gathered), not the whole matrix. A gathered row costs ~9x a scanned one (100k bits: 8% of the
-# rows gathered took as long as the full scan; scripts/bench_constraints.py), so only below 5%.
+# rows gathered took as long as the full scan; scripts/benchmarks/constraints.py), so only below 5%.
 SUBSET_SHARE = 0.05
 PROBES = 4  # clusters a cluster scan reads at least (recall@10 >= 0.99 at 100k and 1M: scripts/bench_index.py)
 

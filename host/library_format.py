@@ -168,6 +168,23 @@ def upgrade_version_0(data: dict[str, Any]) -> dict[str, Any]:
     return upgraded
 
 
+class _Problems:
+    """Where the checks report: `parse_library` raises the first problem, `library_problems` keeps all.
+
+    One set of checks serves both, so the first problem `library_problems` lists is always the very
+    message `parse_library` raises.
+    """
+
+    def __init__(self, *, collect: bool) -> None:
+        self.collect = collect
+        self.found: list[str] = []
+
+    def report(self, message: str) -> None:
+        if not self.collect:
+            raise LibraryFormatError(message)
+        self.found.append(message)
+
+
 def parse_library(data: Any, *, access_tag: str | None = None, consume: bool = False) -> ParsedLibrary:
     """Validate a decoded library file and return it as arrays.
 
@@ -176,39 +193,79 @@ def parse_library(data: Any, *, access_tag: str | None = None, consume: bool = F
     the matrix fills: for a large file that is the difference between two copies and one.
     Raises LibraryFormatError naming the first problem found.
     """
+    library = _check_library(data, access_tag, consume, _Problems(collect=False))
+    assert library is not None  # without `collect`, every problem has raised
+    return library
+
+
+def library_problems(data: Any, *, access_tag: str | None = None, consume: bool = False) -> list[str]:
+    """Every problem of a decoded library file, one line each in file order; `[]` when it is valid.
+
+    The first line is exactly the message `parse_library` raises. After a problem that leaves
+    nothing to check below it (not an object, `bits` not a list, a broken version 0 `content`),
+    the list ends there.
+    """
+    return check_library(data, access_tag=access_tag, consume=consume)[1]
+
+
+def check_library(
+    data: Any, *, access_tag: str | None = None, consume: bool = False
+) -> tuple[ParsedLibrary | None, list[str]]:
+    """`(the parsed library, [])` for a valid file, else `(None, every problem)` as `library_problems` lists them."""
+    problems = _Problems(collect=True)
+    library = _check_library(data, access_tag, consume, problems)
+    return library, problems.found
+
+
+def _check_library(data: Any, access_tag: str | None, consume: bool, problems: _Problems) -> ParsedLibrary | None:
     if not isinstance(data, dict):
-        raise LibraryFormatError(f"a library must be a JSON object, got {type(data).__name__}")
+        problems.report(f"a library must be a JSON object, got {type(data).__name__}")
+        return None
     version = data.get("version")
-    if type(version) is not int:  # Python has true == 1 and 1.0 == 1; neither is a version
-        raise LibraryFormatError(f"version: expected 0 or 1, got {version!r}")
-    if version == 0:
-        data = upgrade_version_0(data)
-    elif version != FORMAT_VERSION:
-        raise LibraryFormatError(f"version: expected 0 or 1, got {version!r}")
+    if type(version) is not int or version not in (0, FORMAT_VERSION):
+        # `type(...) is int`: Python has true == 1 and 1.0 == 1; neither is a version.
+        problems.report(f"version: expected 0 or 1, got {version!r}")
+    if version == 0 and type(version) is int:
+        try:
+            data = upgrade_version_0(data)
+        except LibraryFormatError as problem:
+            problems.report(str(problem))
+            return None
 
     model = data.get("embedding_model")
     if not isinstance(model, str) or not model.strip():
-        raise LibraryFormatError(f"embedding_model: must be a non-empty string, got {model!r}")
+        problems.report(f"embedding_model: must be a non-empty string, got {model!r}")
+        model = str(model)
     sort = data.get("sort", "any")
     if sort not in SORT_TYPES:
-        raise LibraryFormatError(f"sort: expected one of {', '.join(SORT_TYPES)}, got {sort!r}")
+        problems.report(f"sort: expected one of {', '.join(SORT_TYPES)}, got {sort!r}")
     details = data.get("details", {})
     if not isinstance(details, dict):
-        raise LibraryFormatError(f"details: must be an object, got {details!r}")
-    omit = parse_omit(data.get("omit", ""))
+        problems.report(f"details: must be an object, got {details!r}")
+    try:
+        omit = parse_omit(data.get("omit", ""))
+    except LibraryFormatError as problem:
+        problems.report(str(problem))
+        omit = Omit()
     missing = [key for key in ("text", "embedding", "token_count", "info") if key in omit]
     if missing:
-        raise LibraryFormatError(
-            f"omit: a hosted library needs every bit whole, but this file omits {', '.join(missing)}"
-        )
+        problems.report(f"omit: a hosted library needs every bit whole, but this file omits {', '.join(missing)}")
     bits = data.get("bits")
     if not isinstance(bits, list):
-        raise LibraryFormatError("bits: must be a list")
-    return _parse_bits(bits, model, access_tag, details, sort, consume)
+        problems.report("bits: must be a list")
+        return None
+    library = _parse_bits(bits, model, access_tag, details, sort, consume, problems)
+    return None if problems.found else library
 
 
 def _parse_bits(
-    bits: list[Any], model: str, folder_tag: str | None, details: dict[str, Any], sort: str, consume: bool
+    bits: list[Any],
+    model: str,
+    folder_tag: str | None,
+    details: dict[str, Any],
+    sort: str,
+    consume: bool,
+    problems: _Problems,
 ) -> ParsedLibrary:
     expected_dimension = KNOWN_DIMENSIONS.get(model)
     matrix: np.ndarray | None = None  # allocated at the first bit, once the dimension is known
@@ -222,39 +279,34 @@ def _parse_bits(
             bits[index] = None
         where = f"bits[{index}]"
         if not isinstance(bit, dict):
-            raise LibraryFormatError(f"{where}: must be an object, got {type(bit).__name__}")
-        unknown = sorted(set(bit) - BIT_KEYS)
-        if unknown:
-            raise LibraryFormatError(f"{where}: unknown key {unknown[0]!r}")
+            problems.report(f"{where}: must be an object, got {type(bit).__name__}")
+            continue
+        whole = True  # no problem found in this bit yet; only whole bits are kept
+        for unknown in sorted(set(bit) - BIT_KEYS):
+            problems.report(f"{where}: unknown key {unknown!r}")
+            whole = False
         text = bit.get("text")
         if not isinstance(text, str):
-            raise LibraryFormatError(f"{where}.text: must be a string, got {text!r:.40}")
+            problems.report(f"{where}.text: must be a string, got {text!r:.40}")
+            whole = False
         token_count = bit.get("token_count")
         if not isinstance(token_count, int) or isinstance(token_count, bool) or not 0 <= token_count <= MAX_TOKEN_COUNT:
-            raise LibraryFormatError(
+            problems.report(
                 f"{where}.token_count: must be an integer from 0 to {MAX_TOKEN_COUNT}, got {token_count!r:.40}")
-        info = _parse_info(bit.get("info"), where)
-        try:
-            vector = decode_embedding(bit.get("embedding"))
-        except ValueError as problem:
-            raise LibraryFormatError(f"{where}.embedding: {problem}") from None
-        if expected_dimension is None:
+            whole = False
+        info = _parse_info(bit.get("info"), where, problems)
+        vector = _parse_embedding(bit.get("embedding"), where, model, expected_dimension, problems)
+        if vector is not None and expected_dimension is None:
             expected_dimension = len(vector)
-        if matrix is None:
-            matrix = np.empty((len(bits), expected_dimension), dtype="<f4")
-        if len(vector) != expected_dimension:
-            raise LibraryFormatError(
-                f"{where}.embedding: has {len(vector)} dimensions, expected {expected_dimension} for {model}"
-            )
-        if not np.isfinite(vector).all():
-            raise LibraryFormatError(f"{where}.embedding: contains NaN or infinity")
-        if np.abs(vector).max() > MAX_EMBEDDING_MAGNITUDE:
-            raise LibraryFormatError(
-                f"{where}.embedding: has a value of magnitude {np.abs(vector).max():.3g}; "
-                f"values must be at most {MAX_EMBEDDING_MAGNITUDE:g} (dot products would overflow)")
         tag = folder_tag if folder_tag is not None else bit.get("access_tag")
         if tag is not None and (not isinstance(tag, str) or not tag):
-            raise LibraryFormatError(f"{where}.access_tag: must be a non-empty string, got {tag!r}")
+            problems.report(f"{where}.access_tag: must be a non-empty string, got {tag!r}")
+            whole = False
+        if not whole or info is None or vector is None:
+            continue
+        assert isinstance(text, str) and isinstance(token_count, int)  # checked above; tells the type checker
+        if matrix is None:
+            matrix = np.empty((len(bits), len(vector)), dtype="<f4")
         bit_id = canonical_id(info["url"], text)
         # One copy per tag: which copy a caller gets is decided per caller (ModelIndex), so a
         # private copy listed first never hides a public one.
@@ -281,15 +333,44 @@ def _parse_bits(
     )
 
 
-def _parse_info(info: Any, where: str) -> dict[str, str]:
+def _parse_embedding(
+    encoded: Any, where: str, model: str, expected_dimension: int | None, problems: _Problems
+) -> np.ndarray | None:
+    """The bit's vector, or None after reporting why it is not one of `expected_dimension` finite floats."""
+    try:
+        vector = decode_embedding(encoded)
+    except ValueError as problem:
+        problems.report(f"{where}.embedding: {problem}")
+        return None
+    if expected_dimension is not None and len(vector) != expected_dimension:
+        problems.report(f"{where}.embedding: has {len(vector)} dimensions, expected {expected_dimension} for {model}")
+        return None
+    if not np.isfinite(vector).all():
+        problems.report(f"{where}.embedding: contains NaN or infinity")
+        return None
+    largest = np.abs(vector).max()
+    if largest > MAX_EMBEDDING_MAGNITUDE:
+        problems.report(f"{where}.embedding: has a value of magnitude {largest:.3g}; "
+                        f"values must be at most {MAX_EMBEDDING_MAGNITUDE:g} (dot products would overflow)")
+        return None
+    return vector
+
+
+def _parse_info(info: Any, where: str, problems: _Problems) -> dict[str, str] | None:
     """`url` is required; other keys (image_url, title, description, ...) are optional strings."""
     if not isinstance(info, dict):
-        raise LibraryFormatError(f"{where}.info: must be an object with a url, got {info!r:.40}")
+        problems.report(f"{where}.info: must be an object with a url, got {info!r:.40}")
+        return None
+    whole = True
     url = info.get("url")
     if not isinstance(url, str) or not url.strip():
-        raise LibraryFormatError(f"{where}.info.url: must be a non-empty string, got {url!r:.40}")
+        problems.report(f"{where}.info.url: must be a non-empty string, got {url!r:.40}")
+        whole = False
     for key, value in info.items():
-        if value is not None and not isinstance(value, str):
-            raise LibraryFormatError(f"{where}.info.{key}: must be a string, got {value!r:.40}")
+        if value is not None and not isinstance(value, str) and key != "url":
+            problems.report(f"{where}.info.{key}: must be a string, got {value!r:.40}")
+            whole = False
+    if not whole:
+        return None
     # Published files carry `null` for absent optional fields; absent is what clients expect.
     return {key: value for key, value in info.items() if value is not None}

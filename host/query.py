@@ -1,7 +1,8 @@
 """The one query core: which model answers, how its bits are searched, what a caller gets.
 
 Every way of asking (`POST /`, the page, and the dialects) comes here with a vector, a budget
-and a grant; ranking, budgets and access filtering happen nowhere else.
+and a grant; ranking, budgets and access filtering happen nowhere else. RAGFlow's retrieval asks
+`run_hybrid_query` (a vector and its words, weighed together, the best `top_k`) instead.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from host.catalog import Catalog
 from host.constraints import Node, constraint_mask
 from host.engine import PROBES, CountType, Search, Selection, rank
 from host.errors import NothingLoaded, QueryError
+from host.hybrid import HybridQuery, HybridSelection, rank_hybrid
 from host.index import ModelIndex
 
 SEARCH_MODES = ("auto", "exact", "approximate")
@@ -87,7 +89,12 @@ def run_query(index: ModelIndex, query: Query, grant: Grant, policy: SearchPolic
     )
 
 
-def narrowing_mask(index: ModelIndex, query: Query) -> np.ndarray | None:
+def run_hybrid_query(index: ModelIndex, query: HybridQuery, grant: Grant) -> HybridSelection:
+    """The bits `grant` may see that best answer `query` by `w·vector + (1-w)·term` (host/hybrid.py)."""
+    return rank_hybrid(index, query, index.visible_rows(grant.access_tags), narrowing_mask(index, query))
+
+
+def narrowing_mask(index: ModelIndex, query: Query | HybridQuery) -> np.ndarray | None:
     """The rows `query`'s constraint and library list allow (None: every row). The engine ANDs it
     with the caller's visibility, so it can only narrow what they see."""
     mask = None if query.constraint is None else constraint_mask(query.constraint, index)

@@ -72,10 +72,12 @@ def result_bit(
 
 
 def selection_bits(index: ModelIndex, selection: Selection, omit: Omit = OMIT_NOTHING, *,
-                   binary_embeddings: bool = False) -> list[dict[str, Any]]:
-    """The selected rows as bits, best first; the first is cut when it alone overflowed the budget."""
+                   binary_embeddings: bool = False, start: int = 0, stop: int | None = None) -> list[dict[str, Any]]:
+    """The selected rows (from `start` to `stop`) as bits, best first; the first is cut when it alone
+    overflowed the budget."""
+    rows, scores = selection.rows[start:stop].tolist(), selection.scores[start:stop].tolist()
     bits = []
-    for position, (row, score) in enumerate(zip(selection.rows.tolist(), selection.scores.tolist(), strict=True)):
+    for position, (row, score) in enumerate(zip(rows, scores, strict=True), start):
         library, local = index.locate(row)
         cut = selection.first_bit_cut_to if position == 0 else None
         bits.append(result_bit(library, local, omit, similarity=score, cut_to_tokens=cut,
@@ -94,6 +96,13 @@ def build_result(
 ) -> dict[str, Any]:
     """The result library of a query (SPEC §3)."""
     bits = [] if omit.everything else selection_bits(index, selection, omit, binary_embeddings=binary_embeddings)
+    return {**result_header(index, selection, omit, restricted_count=restricted_count,
+                            restricted_message=restricted_message), "bits": bits}
+
+
+def result_header(index: ModelIndex, selection: Selection, omit: Omit, *, restricted_count: bool = False,
+                  restricted_message: str = "") -> dict[str, Any]:
+    """The result library without its bits (`bits` last and empty: the answer can be streamed)."""
     details: dict[str, Any] = {"counts": {"bits": len(selection.rows)}}
     if restricted_count:
         details["counts"]["restricted"] = selection.restricted
@@ -105,7 +114,7 @@ def build_result(
         "omit": omit.to_wire(),
         "sort": "similarity",
         "details": details,
-        "bits": bits,
+        "bits": [],
     }
 
 

@@ -19,9 +19,11 @@ from host.store import DEFAULT_MAX_SOURCE_BYTES
 ENVIRONMENT_VARIABLE = "POLYMATH_HOST_SETTINGS"  # how `serve --workers N` hands settings to workers
 
 
-def option(help: str, *, metavar: str | None = None, choices: tuple[str, ...] | None = None) -> dict[str, Any]:
-    """Field metadata that makes a setting a command-line option; `%(default)s` in help is filled in."""
-    return {"help": help, "metavar": metavar, "choices": choices}
+def option(help: str, *, metavar: str | None = None, choices: tuple[str, ...] | None = None,
+           repeatable: bool = False) -> dict[str, Any]:
+    """Field metadata that makes a setting a command-line option; `%(default)s` in help is filled in.
+    A `repeatable` option may be given several times: its values are joined with commas."""
+    return {"help": help, "metavar": metavar, "choices": choices, "repeatable": repeatable}
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,11 @@ class Settings:
     max_batch: int = field(default=MAX_BATCH, metadata=option(
         "queries scored together in one pass over a library at most (default %(default)s; 1 turns "
         "batching off)", metavar="N"))
+    cors_origin: str = field(default="*", metadata=option(
+        "origins whose web pages may call this host from a browser (CORS): * (default) for any page, "
+        "none for no page of another origin, or origins such as https://app.example (repeat the option, "
+        "or separate them with commas). Never with credentials: tokens travel only in Authorization",
+        metavar="ORIGIN", repeatable=True))
 
     @property
     def max_embedding_bytes(self) -> int:
@@ -112,8 +119,16 @@ class Settings:
     @classmethod
     def from_arguments(cls, arguments: object) -> Settings:
         """The settings an argparse namespace names, field by field; the rest keep their defaults."""
-        names = [item.name for item in fields(cls) if hasattr(arguments, item.name)]
-        given: dict[str, Any] = {name: getattr(arguments, name) for name in names}
+        given: dict[str, Any] = {}
+        for item in fields(cls):
+            if not hasattr(arguments, item.name):
+                continue
+            value = getattr(arguments, item.name)
+            if isinstance(value, list):  # a repeatable option, given once or more
+                value = ",".join(value)
+            elif value is None and item.default is not None:  # a repeatable option not given
+                continue
+            given[item.name] = value
         return cls(**given)
 
     def to_environment(self) -> str:

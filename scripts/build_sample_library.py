@@ -91,7 +91,7 @@ BOOK_ORDER = {name: i for i, (_, name) in enumerate(BOOKS)}
 
 # Whole chapters that go into the public sample library...
 SAMPLE_CHAPTERS: list[tuple[str, list[int]]] = [
-    ("Genesis", list(range(1, 13)) + [22, 28, 32] + list(range(37, 46))),
+    ("Genesis", [*range(1, 13), 22, 28, 32, *range(37, 46)]),
     ("Exodus", [2, 3, 14, 20]),
     ("Ruth", [1, 2, 3, 4]),
     ("Job", [1, 2, 3, 28, 38, 39, 42]),

@@ -107,6 +107,15 @@ class EmbeddingService:
                     reply = service.script.popleft() if service.script else Reply()
                     service.in_flight += 1
                     service.most_in_flight = max(service.most_in_flight, service.in_flight)
+                finished = False
+
+                def finish() -> None:  # before the answer goes out: once a client has it, it is not in flight
+                    nonlocal finished
+                    with service._lock:
+                        if not finished:
+                            service.in_flight -= 1
+                            finished = True
+
                 try:
                     if service.delay or reply.hang:
                         service.released.wait(service.delay + reply.hang)
@@ -118,6 +127,7 @@ class EmbeddingService:
                         reply = Reply(404, {"error": {"message": f"no route {self.path}"}})
                     payload = reply.body if reply.body is not None else service.answer(body)
                     raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                    finish()
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(raw)))
@@ -128,8 +138,7 @@ class EmbeddingService:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up first (a timeout test): nothing to answer
                 finally:
-                    with service._lock:
-                        service.in_flight -= 1
+                    finish()
 
         return Handler
 

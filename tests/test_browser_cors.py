@@ -6,9 +6,9 @@ browser (polymath-client.mjs says why not its Node entry), and a small static se
 port serves cross-origin.html, whose script asks a real host process and writes what it got into
 the DOM. The right answer is the brute-force ranking of the fixture library.
 
-The host has no CORS yet: the tests that need it are strict xfails for the integrator to flip when
-issue 11 lands. The control test adds the headers a correct host would send (in the browser, by
-routing), so it passes today and shows that the bundle and the page are not what fails.
+The host allows any origin by default (`--cors-origin`, host/web/middleware/cors.py); preflights
+are answered by the real host (Playwright would answer them itself for a routed request, so
+nothing here is routed). A host that allows only other origins is refused by the browser.
 """
 
 from __future__ import annotations
@@ -22,20 +22,16 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pytest
 from browser_support import Tab, serve_static, unavailable
 from conftest import PROJECT, RunningHost, start_host, stop_host
 
-if TYPE_CHECKING:
-    from playwright.sync_api import Route
-
 HARNESS = PROJECT / "tests" / "browser_client"
 SAMPLE_LIBRARY = "polymath-v1-sample-library.json"  # 14 public bits, 1536-d (the client insists on 1536)
 COUNT = 5
-CORS_REASON = "CORS lands with issue 11"
 
 
 # ---- the app on another origin --------------------------------------------------------------
@@ -131,7 +127,6 @@ def assert_brute_force_answer(outcome: Outcome, library: Library, tab: Tab, mode
 # ---- the tests --------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=CORS_REASON)
 def test_the_real_js_client_asks_the_host_from_a_page_on_another_origin(
         tab: Tab, other_origin: str, host: RunningHost, library: Library) -> None:
     outcome = ask_from_other_origin(tab, other_origin, host, "client")
@@ -140,7 +135,6 @@ def test_the_real_js_client_asks_the_host_from_a_page_on_another_origin(
     assert_brute_force_answer(outcome, library, tab, "client")
 
 
-@pytest.mark.xfail(strict=True, reason=CORS_REASON)
 def test_a_preflighted_json_query_with_a_bearer_token_works_from_another_origin(
         tab: Tab, other_origin: str, host: RunningHost, library: Library) -> None:
     # Access-Control-Allow-Headers must name Authorization: its "*" does not cover it.
@@ -149,7 +143,6 @@ def test_a_preflighted_json_query_with_a_bearer_token_works_from_another_origin(
     assert_brute_force_answer(outcome, library, tab, "preflight")
 
 
-@pytest.mark.xfail(strict=True, reason=CORS_REASON)
 def test_the_real_js_client_finds_the_endpoint_through_the_link_header_from_another_origin(
         tab: Tab, other_origin: str, host: RunningHost, library: Library) -> None:
     # POST /libraries is a 405 that must still carry CORS headers; then GET /libraries must expose
@@ -159,31 +152,27 @@ def test_the_real_js_client_finds_the_endpoint_through_the_link_header_from_anot
     assert_brute_force_answer(outcome, library, tab, "discover")
 
 
-def test_with_the_headers_a_cors_host_sends_the_real_js_client_gets_the_ranking(
-        tab: Tab, other_origin: str, host: RunningHost, library: Library) -> None:
-    """The control: the same page and bundle, with CORS headers added in the browser, already work."""
-    # Chromium's preflights never reach a route: Playwright answers them itself, allowing what was
-    # asked. So this control shows the page and the bundle work; only the real host tests its OPTIONS.
-    def as_a_cors_host_answers(route: Route) -> None:
-        cors = {"access-control-allow-origin": "*", "access-control-expose-headers": "Link", "vary": "Origin"}
-        response = route.fetch()
-        route.fulfill(response=response, headers={**response.headers, **cors})
-
-    tab.page.route(f"{host.url}/**", as_a_cors_host_answers)
-    for mode in ("client", "preflight", "discover"):
-        outcome = ask_from_other_origin(tab, other_origin, host, mode)
-
-        assert_brute_force_answer(outcome, library, tab, mode)
+@pytest.fixture(scope="module")
+def picky_host(tmp_path_factory: pytest.TempPathFactory, fixtures_dir: Path) -> Iterator[RunningHost]:
+    """The same library, on a host that allows pages of one other origin only."""
+    libraries = tmp_path_factory.mktemp("picky") / "libraries"
+    libraries.mkdir()
+    shutil.copy(fixtures_dir / SAMPLE_LIBRARY, libraries / SAMPLE_LIBRARY)
+    running = start_host(libraries, "--cors-origin", "https://only-this.example")
+    yield running
+    stop_host(running)
 
 
-def test_without_cors_the_browser_blocks_the_answer_and_says_so(
-        tab: Tab, other_origin: str, host: RunningHost) -> None:
-    """Today's host: the client's POST is a simple request (multipart form), so it reaches the host,
-    which answers 200; the browser withholds the answer for want of Access-Control-Allow-Origin.
-    Delete this test when CORS lands."""
-    outcome = ask_from_other_origin(tab, other_origin, host, "client")
+@pytest.mark.parametrize("mode", ["client", "preflight"])
+def test_a_host_that_allows_other_origins_only_is_refused_by_the_browser(
+        tab: Tab, client_bundle: Path, picky_host: RunningHost, library: Library, tmp_path: Path, mode: str) -> None:
+    site = tmp_path / "site"
+    shutil.copytree(client_bundle, site)
+    (site / "query.json").write_text(json.dumps(library.vectors[4].tolist()))
+    policy = f"default-src 'self'; img-src 'self' data:; connect-src 'self' {picky_host.url}"
+    with serve_static(site, {"Content-Security-Policy": policy}) as origin:
+        outcome = ask_from_other_origin(tab, origin, picky_host, mode)
 
     problems = tab.take_problems()
     assert outcome.state == "failed" and outcome.error == "TypeError: Failed to fetch"
-    assert any("blocked by CORS policy" in problem.text and "Access-Control-Allow-Origin" in problem.text
-               for problem in problems), problems
+    assert any("blocked by CORS policy" in problem.text for problem in problems), problems

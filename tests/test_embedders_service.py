@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from embedding_service import EmbeddingService, Reply, running_service, unit_vector
+from embedding_service import EmbeddingService, Reply, running_service, unit_vector, wait_until
 
 from host.embedders import EmbedderError, EmbedderTimeout, NoEmbedder, minilm
+from host.embedders.openai_http import OpenAIEmbedder
 from host.embedders.service import MAX_CACHED_TEXT_CHARS, Embedders, build_embedders
 from host.embedders.stats import EmbeddingStats
 
@@ -170,8 +171,11 @@ def test_a_slow_embedding_is_a_timeout(service: EmbeddingService) -> None:
 
 
 def test_queued_work_nobody_waits_for_is_dropped() -> None:
-    with running_service(dimension=16, delay=0.5) as slow:
-        registry = remote_only(slow, concurrency=1, timeout=0.2)
+    with running_service(dimension=16, delay=1.5) as slow:
+        # The HTTP request itself may take 5 s, so the one that started is still in flight when the
+        # callers give up at 0.2 s: whether the queued ones were dropped is then never a race.
+        embedder = OpenAIEmbedder(slow.url, "text-embedding-test", model=REMOTE, dimension=16, timeout=5.0)
+        registry = Embedders([embedder], concurrency=1, timeout=0.2)
 
         async def impatient() -> list[object]:
             outcomes: list[object] = await asyncio.gather(
@@ -181,7 +185,10 @@ def test_queued_work_nobody_waits_for_is_dropped() -> None:
 
         outcomes = asyncio.run(impatient())
         assert all(isinstance(outcome, EmbedderTimeout) for outcome in outcomes)
-        time.sleep(0.7)  # the one that had started finishes; the two queued never start
+        # The one that had started finishes; the two queued never start. Wait for outcomes, not
+        # for fixed times: on a busy machine the first request may reach the service late.
+        wait_until(lambda: len(slow.requests) == 1 and slow.in_flight == 0, timeout=15)
+        time.sleep(1.0)  # a queued one that was not dropped would be sent now
         assert len(slow.requests) == 1
         registry.close()
 

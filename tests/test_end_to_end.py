@@ -502,7 +502,9 @@ def test_two_workers_answer_like_brute_force_and_sigterm_stops_them_with_exit_co
         python_client_accepts(response.json())
         ranking = reference.ranking(reference.matrix[row])
         assert [result_bit_id(bit) for bit in response.json()["bits"]] == reference.token_budget(ranking, 2000)
-    assert len(re.findall(r"Started server process \[\d+\]", server.log())) == 2, server.log()
+    # Both workers started (the second may still be starting when the first has answered everything).
+    server.wait_until(lambda: len(re.findall(r"Started server process \[\d+\]", server.log())) == 2, timeout=60,
+                      what="start both workers")
 
     server.process.send_signal(signal.SIGTERM)
 

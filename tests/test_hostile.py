@@ -24,7 +24,12 @@ import pytest
 from conftest import PROJECT, RunningHost
 from librarian import TEST_MODEL, b64, make_library, unit_vectors, write_library
 
+from access import ANONYMOUS
 from host.catalog import load_catalog
+from host.library_format import parse_omit
+from host.query import Query, SearchPolicy, run_query
+from host.results import build_result
+from host.web.responses import render_json
 
 DIMENSION = 384
 VECTORS = unit_vectors(600, DIMENSION, seed=61)
@@ -92,7 +97,8 @@ def test_an_answer_over_the_byte_limit_is_a_400_that_says_to_ask_for_less(run_ho
 
 def test_many_distinct_large_answers_leave_memory_where_it_was(run_host, big_folder: Path) -> None:
     # Each answer is ~0.8 MB; the old cache kept 2,048 of them whatever their size.
-    host = run_host(big_folder, "--answer-cache-bytes", "4000000")
+    # No embedder: its model loading in the background would be counted as growth.
+    host = run_host(big_folder, "--answer-cache-bytes", "4000000", "--embedder", "none")
     ask(host.url, count=200, omit="").raise_for_status()
     before = rss(host)
 
@@ -126,6 +132,91 @@ def test_clients_that_never_read_their_answers_are_dropped_and_others_are_served
             reader.close()
 
 
+def test_a_large_answer_is_streamed_as_it_is_rendered_byte_for_byte(run_host, big_folder: Path) -> None:
+    # Over 1 MiB, an answer is rendered a few bits at a time as it is sent: a client that reads
+    # slowly holds those bits, not the whole answer (the soak's abuse phase measures the memory).
+    host = run_host(big_folder)
+    fields = {"query_embedding": b64(VECTORS[2]), "count": 600, "count_type": "bit", "omit": ""}
+
+    streamed = httpx.post(f"{host.url}/", json=fields, timeout=60)
+
+    index = load_catalog(big_folder).models[TEST_MODEL]
+    selection = run_query(index, Query(VECTORS[2], 600, "bit"), ANONYMOUS, SearchPolicy())
+    assert streamed.status_code == 200 and streamed.headers.get("transfer-encoding") == "chunked"
+    assert len(streamed.content) > 1 << 20
+    assert streamed.content == render_json(build_result(index, selection, parse_omit("")))
+
+
+def larger_library(folder: Path) -> np.ndarray:
+    """1,500 bits of ~4.5 KB: answers of ~7 MB, more than the kernel's buffers take at once."""
+    vectors = unit_vectors(1500, DIMENSION, seed=62)
+    library = make_library(vectors)
+    for row, bit in enumerate(library["bits"]):
+        bit["text"] = f"bit {row} {LONG_TEXT}"
+    write_library(folder / "larger.json", library)
+    return vectors
+
+
+def test_a_streamed_answer_is_neither_cut_nor_left_hanging_by_the_body_read_timer(run_host, tmp_path: Path) -> None:
+    # The body-read timer once also timed the wait for a disconnect while an answer streamed: past
+    # --body-read-timeout the stream stopped, and a client that did not read was never dropped.
+    vectors = larger_library(tmp_path / "libraries")
+    host = run_host(tmp_path / "libraries", "--body-read-timeout", "1", "--write-timeout", "2")
+    fields = {"query_embedding": b64(vectors[4]), "count": 1500, "count_type": "bit", "omit": ""}
+    body = json.dumps(fields).encode()
+    request = (f"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+               .encode() + body)
+    stalled = open_socket(host.url)
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stalled.sendall(request)
+    try:
+        received = b""
+        with httpx.stream("POST", f"{host.url}/", json={**fields, "query_embedding": b64(vectors[5])},
+                          timeout=60) as response:
+            for piece in response.iter_raw(1 << 16):
+                received += piece
+                time.sleep(0.02)  # slower than the body-read timer: ~2 s in all
+        wait_until(lambda: server_connections(host, {stalled.getsockname()[1]}) == 0,
+                   "the server dropping the reader that never reads")
+    finally:
+        stalled.close()
+    assert len(received) > 6 << 20 and json.loads(received)["details"]["counts"]["bits"] == 1500
+
+
+def kernel_sockets(host: RunningHost, ports: set[int]) -> list[str]:
+    """The server side of connections to these client ports still known to the kernel, whoever holds them."""
+    return [f"{connection.status} (pid {connection.pid})" for connection in psutil.net_connections("tcp")
+            if connection.laddr and connection.laddr.port == host.port
+            and connection.raddr and connection.raddr.port in ports]
+
+
+def test_a_dropped_reader_leaves_no_unsent_answer_behind_in_the_kernel(run_host, big_folder: Path) -> None:
+    # ~2.5 MB answers fit in the kernel's send buffer (up to 4 MiB): the server writes them whole and
+    # the connection goes idle. A plain close would leave each socket to the kernel, still holding its
+    # unsent answer and probing a client that answers but never reads, for as long as that client likes.
+    host = run_host(big_folder, "--header-timeout", "1", "--write-timeout", "1")
+    body = json.dumps({"query_embedding": b64(VECTORS[2]), "count": 600, "count_type": "bit", "omit": ""}).encode()
+    request = (f"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+               .encode() + body)
+    readers = []
+    for _ in range(4):
+        reader = open_socket(host.url)
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reader.sendall(request)
+        readers.append(reader)
+    ports = {reader.getsockname()[1] for reader in readers}
+    try:
+        wait_until(lambda: kernel_sockets(host, ports), "the readers connecting")
+        wait_until(lambda: server_connections(host, ports) == 0, "the server dropping the readers")
+        time.sleep(0.5)
+
+        assert kernel_sockets(host, ports) == []
+        assert ask(host.url).status_code == 200
+    finally:
+        for reader in readers:
+            reader.close()
+
+
 # ---- connections: idle and half-open ones are closed, a cap refuses cleanly -------------------------------
 
 
@@ -140,6 +231,8 @@ def test_idle_and_half_open_connections_are_closed_and_the_cap_refuses_cleanly(r
         wait_until(lambda: server_connections(host, ports) == 60, "the idle connections being held")
         refused = ask(host.url)
         assert refused.status_code == 503  # over the cap: a clean refusal, not a hang
+        assert refused.json() == {"error": "this host holds as many connections as it allows: try again in a moment"}
+        assert refused.headers["retry-after"] == "1"
 
         wait_until(lambda: server_connections(host, ports) == 0, "the server closing idle and half-open connections")
         assert ask(host.url).status_code == 200

@@ -283,6 +283,22 @@ def test_a_truncated_compiled_cache_is_rebuilt_at_start_not_trusted(
         assert top_bit(second.url, query_vector_of("cold", row))["text"] == f"cold version 1 bit {row}"
 
 
+def test_a_server_starting_while_a_file_is_broken_serves_its_last_compiled_version(
+    run_host: Callable[..., RunningHost], tmp_path: Path
+) -> None:
+    # What a worker restarted (or started) mid-publication sees: it must serve what the others serve.
+    folder = tmp_path / "libraries"
+    path = write_library(folder / "mid.json", versioned_library("mid", 1))
+    first = run_host(folder)
+    assert versions_served(first.url, "mid") == {"mid version 1"}
+    path.write_text(path.read_text()[:50])  # the publisher is half way through writing version 2
+
+    second = run_host(folder)
+
+    assert versions_served(second.url, "mid") == {"mid version 1"}
+    assert "mid.json: not valid JSON" in second.log() and "still serving its previous version" in second.log()
+
+
 def test_sighup_reloads_at_once(run_host: Callable[..., RunningHost], tmp_path: Path) -> None:
     folder = tmp_path / "libraries"
     write_library(folder / "hup.json", versioned_library("hup", 1))

@@ -18,13 +18,12 @@ import httpx
 import msgpack
 import numpy as np
 import pytest
-from librarian import TEST_MODEL, b64, brute_force_ranking, make_bit, make_library, unit_vectors, write_library
+from librarian import TEST_MODEL, b64, brute_force_ranking, make_bit, unit_vectors, write_library
 from starlette.applications import Starlette
 
 from access import AccessControl
 from access.keys import generate_key_entry
 from access.tokens import issue_token
-from host.library_format import canonical_id
 from host.settings import Settings
 from host.web.app import create_app
 
@@ -578,63 +577,6 @@ async def test_a_get_carrying_a_token_is_private(client: httpx.AsyncClient, jwt_
     assert response.status_code == 200
     assert response.headers["cache-control"].startswith("private")
     assert "Authorization" in response.headers["vary"]
-
-
-# ---- GET / -------------------------------------------------------------------------------------------------
-
-ARTICLE_LINK = re.compile(r'<article><a href="([^"]+)"')
-
-
-async def test_the_home_page_points_clients_at_the_endpoint_and_lists_public_libraries(client: httpx.AsyncClient) -> None:
-    response = await client.get("/")
-
-    assert response.status_code == 200
-    assert response.headers["content-type"].startswith("text/html")
-    assert '<link rel="polymath" href="/">' in response.text
-    assert '<a href="/libraries/science.json">science</a>: 10 bits' in response.text
-    assert "drafts" not in response.text
-
-
-async def test_the_home_page_never_names_a_model_only_private_libraries_serve(tmp_path: Path) -> None:
-    write_library(tmp_path / "libraries" / "science.json", library_file(bits(PUBLIC, 0)))
-    private = make_library(unit_vectors(3, 4, seed=9), model="secret:model-4")
-    write_library(tmp_path / "libraries" / "access" / "team" / "plans.json", private)
-
-    async with connect(Host(tmp_path).app()) as client:
-        page = (await client.get("/")).text
-
-    assert TEST_MODEL in page and "secret:model-4" not in page
-
-
-async def test_the_home_page_shows_only_public_bits(client: httpx.AsyncClient) -> None:
-    page = (await client.get("/")).text
-
-    assert sorted(ARTICLE_LINK.findall(page)) == sorted(url_of(row) for row in range(10))
-    assert "A random sample" in page
-
-
-async def test_more_like_this_shows_that_bit_first(client: httpx.AsyncClient) -> None:
-    bit = make_bit(4, PUBLIC[4], 10)
-    bit_id = canonical_id(bit["info"]["url"], bit["text"])
-
-    page = (await client.get("/", params={"like": bit_id})).text
-
-    assert "More like this" in page and "A random sample" not in page
-    assert ARTICLE_LINK.findall(page) == [url_of(row) for row in brute_force_ranking(PUBLIC, PUBLIC[4])]
-    assert ARTICLE_LINK.findall(page)[0] == url_of(4)
-
-
-@pytest.mark.parametrize("like", ["private", "not-hex", "00" * 32])
-async def test_more_like_a_private_or_unknown_bit_is_a_random_sample(client: httpx.AsyncClient, like: str) -> None:
-    if like == "private":
-        bit = make_bit(100, PRIVATE[0], 10)
-        like = canonical_id(bit["info"]["url"], bit["text"])
-
-    response = await client.get("/", params={"like": like})
-
-    assert response.status_code == 200
-    assert "A random sample" in response.text and "More like this" not in response.text
-    assert url_of(100) not in response.text
 
 
 # ---- GET /libraries ----------------------------------------------------------------------------------------

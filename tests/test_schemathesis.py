@@ -21,6 +21,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
+from host.web.dialects.ragflow.view import dataset_id
 from host.web.openapi import OPENAPI
 
 EXAMPLES = 60  # per operation: the whole file stays within a few seconds
@@ -87,6 +88,15 @@ EXPLICIT = [
                  id="query-too-large"),
     pytest.param("/libraries", "GET", {"headers": {"Authorization": "Bearer not.a-valid.jwt"}}, 401,
                  id="libraries-bad-token"),
+    pytest.param("/api/v1/datasets", "GET", {}, 200, id="ragflow-datasets"),
+    pytest.param("/api/v1/retrieval", "POST", {"body": {"dataset_ids": [dataset_id("public")], "question": "words"},
+                                               "media_type": "application/json"}, 200, id="ragflow-no-embedder"),
+    pytest.param("/api/v1/retrieval", "POST", {"body": {}, "media_type": "application/json",
+                                               "headers": {"Authorization": "Bearer not.a-valid.jwt"}}, 401,
+                 id="ragflow-bad-token"),
+    pytest.param("/mcp", "POST", {"body": {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                                  "media_type": "application/json",
+                                  "headers": {"Accept": "application/json, text/event-stream"}}, 200, id="mcp-tools"),
     pytest.param("/libraries/{name}.json", "GET", {"path_parameters": {"name": "public"}}, 200, id="library-public"),
     pytest.param("/libraries/{name}.json", "GET", {"path_parameters": {"name": "access/unpublished/private"}}, 404,
                  id="library-private-hidden"),

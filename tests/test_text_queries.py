@@ -61,7 +61,7 @@ async def client(sample: Path, minilm_embedder: MiniLMEmbedder) -> AsyncIterator
 
 
 def test_the_readme_first_command_answers_in_words_with_jonah_first(run_host, sample: Path) -> None:
-    host = run_host(sample)
+    host = run_host(sample, embedder=True)
 
     response = httpx.post(f"{host.url}/", data={"query": JONAH, "count": "3", "count_type": "bit"}, timeout=60)
 
@@ -163,7 +163,7 @@ async def test_a_failing_embedding_service_is_a_clear_502_or_504(
 
 
 def test_the_real_openai_client_embeds_with_the_librarys_model(run_host, sample: Path) -> None:
-    host = run_host(sample)
+    host = run_host(sample, embedder=True)
     client = openai.OpenAI(base_url=f"{host.url}/v1", api_key="unused", max_retries=0)
     local = MiniLMEmbedder()
 

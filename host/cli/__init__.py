@@ -9,6 +9,7 @@ import argparse
 from importlib.metadata import PackageNotFoundError, version
 
 import access.cli
+import host.importer.cli
 from host.cli import library_commands, serve
 
 
@@ -38,5 +39,6 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(metavar="COMMAND")
     serve.register(commands)
     library_commands.register(commands)
+    host.importer.cli.register(commands)
     access.cli.register(commands)
     return parser

@@ -22,11 +22,14 @@ def add_setting_options(parser: argparse.ArgumentParser, *names: str) -> None:
         if (names and item.name not in names) or (not names and not item.metadata):
             continue
         default = item.default if item.default is not MISSING else None
+        repeatable = item.metadata.get("repeatable", False)
         parser.add_argument(
             "--" + item.name.replace("_", "-"),
             dest=item.name,
             type=_TYPES[hints[item.name]],
-            default=default,
+            # A repeated option collects a list (Settings.from_arguments joins it); absent, the default holds.
+            action="append" if repeatable else "store",
+            default=None if repeatable else default,
             metavar=item.metadata.get("metavar"),
             choices=item.metadata.get("choices"),
             help=item.metadata["help"].replace("%(default)s", _shown(default)),

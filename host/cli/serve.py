@@ -36,9 +36,16 @@ def register(commands: Any) -> None:
 def serve_command(args: argparse.Namespace) -> int:
     from host.web import server
     from host.web.app import create_app, embedders_for
+    from host.web.dialects import mcp_server
+    from host.web.middleware.cors import parse_cors_origins
 
     configure_logging(args.log_level)
     settings = Settings.from_arguments(args)
+    try:
+        parse_cors_origins(settings.cors_origin)
+    except ValueError as problem:
+        say(f"error: --cors-origin: {problem}")
+        return 1
     if not settings.libraries.exists():
         say(f"error: {settings.libraries} does not exist; pass --libraries PATH (a folder of library files)")
         return 1
@@ -74,6 +81,7 @@ def serve_command(args: argparse.Namespace) -> int:
         say(f"text queries for {', '.join(embedders.models)}")
     if unembedded:
         say(f"no text queries for {', '.join(unembedded)} (send query_embedding, or see --embedder-url)")
+    say(mcp_server.status_line())
     say(f"serving on http://{args.host}:{args.port}/" + (
         f" with access rules from {access_file}" if access_file.exists() else
         f" (public bits only until {access_file} is created: polymath-host access init)"))

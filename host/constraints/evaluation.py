@@ -7,7 +7,7 @@ per bit.
 
 Phrases are checked with positional postings rather than by re-reading candidate texts: a
 phrase costs binary searches over its rarest word's positions (no record decoded), and no
-candidate set can make it slow (measured in scripts/bench_constraints.py).
+candidate set can make it slow (measured in scripts/benchmarks/constraints.py).
 
 A constraint only ever narrows: the caller ANDs the mask with the visibility mask, so no
 constraint (NOT included) can bring a hidden bit back.

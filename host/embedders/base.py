@@ -14,6 +14,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from host.embedders.errors import EmbedderError
+
 
 @runtime_checkable
 class Embedder(Protocol):
@@ -27,3 +29,14 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """float32 array of shape (len(texts), dimension), rows in the order of `texts`."""
         ...
+
+
+def unit_rows(vectors: np.ndarray, source: str) -> np.ndarray:
+    """Rows scaled to unit length in float64, then stored as float32 (as library vectors are);
+    EmbedderError naming `source` for a zero or non-finite row."""
+    rows = np.asarray(vectors, dtype=np.float64)
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    if not np.all(np.isfinite(norms)) or np.any(norms == 0):
+        raise EmbedderError(f"{source} gave a zero or non-finite vector")
+    unit: np.ndarray = (rows / norms).astype(np.float32)
+    return unit

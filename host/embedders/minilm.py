@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from host.embedders.base import unit_rows
 from host.embedders.errors import EmbedderError
 from host.embedders.graph_cache import GraphCache, default_cache_dir
 
@@ -211,12 +212,7 @@ class MiniLMEmbedder:
             input_ids[row, : len(ids)] = ids
             attention_mask[row, : len(ids)] = 1
         (pooled,) = self._session.run(["mean_pooled"], {"input_ids": input_ids, "attention_mask": attention_mask})
-        pooled = np.asarray(pooled, dtype=np.float64)
-        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        if not np.all(np.isfinite(norms)) or np.any(norms == 0):
-            raise EmbedderError(f"{MODEL} produced a degenerate vector")
-        unit: np.ndarray = (pooled / norms).astype(np.float32)
-        return unit
+        return unit_rows(pooled, MODEL)
 
 
 def _tokenizers(tokenizer_json: str) -> tuple[Tokenizer, Tokenizer]:

@@ -43,6 +43,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 from cachetools import LRUCache
 
+from host.embedders.base import unit_rows
 from host.embedders.errors import EmbedderError, EmbedderTimeout
 
 KEY_VARIABLES = ("POLYMATH_EMBEDDER_KEY", "OPENAI_API_KEY")
@@ -235,12 +236,7 @@ class OpenAIEmbedder:
                 f"embedding service {self.service} answered {dimension}-dimensional vectors for {self.model}, "
                 f"expected {wanted}"
             )
-        matrix = np.asarray(rows, dtype=np.float64)
-        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-        if not np.all(np.isfinite(norms)) or np.any(norms == 0):
-            raise EmbedderError(f"embedding service {self.service} answered a zero or non-finite vector")
-        unit: np.ndarray = (matrix / norms).astype(np.float32)
-        return unit
+        return unit_rows(np.asarray(rows, dtype=np.float64), f"embedding service {self.service}")
 
     def _service_message(self, raw: bytes, reason: object) -> str:
         """The service's own words about an error, on one short line, without the key."""

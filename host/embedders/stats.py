@@ -11,7 +11,8 @@ import threading
 from collections import defaultdict
 from collections.abc import Collection
 
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+from host.prometheus import Histogram, heading, sample
+
 COUNTERS = {
     "cache_hits": "polymath_embed_cache_hits_total",
     "cache_misses": "polymath_embed_cache_misses_total",
@@ -36,9 +37,7 @@ class EmbeddingStats:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[tuple[str, str], int] = defaultdict(int)  # (counter, model) -> count
-        self._buckets: dict[str, list[int]] = {}
-        self._seconds: dict[str, float] = defaultdict(float)
-        self._calls: dict[str, int] = defaultdict(int)
+        self._latency: dict[str, Histogram] = defaultdict(Histogram)
 
     def count(self, counter: str, model: str, amount: int = 1) -> None:
         if counter not in COUNTERS:
@@ -49,12 +48,7 @@ class EmbeddingStats:
     def observe(self, model: str, seconds: float, texts: int) -> None:
         """One finished `embed` call of `texts` texts."""
         with self._lock:
-            buckets = self._buckets.setdefault(model, [0] * len(LATENCY_BUCKETS))
-            for position, bound in enumerate(LATENCY_BUCKETS):
-                if seconds <= bound:
-                    buckets[position] += 1
-            self._seconds[model] += seconds
-            self._calls[model] += 1
+            self._latency[model].observe(seconds)
             self._counts[("texts", model)] += texts
 
     def value(self, counter: str, model: str) -> int:
@@ -63,7 +57,7 @@ class EmbeddingStats:
 
     def calls(self, model: str) -> int:
         with self._lock:
-            return self._calls.get(model, 0)
+            return self._latency[model].count if model in self._latency else 0
 
     def render_lines(self, models: Collection[str] | None = None) -> list[str]:
         """Prometheus text-format lines (no trailing newline), counters then the histogram; with
@@ -71,24 +65,12 @@ class EmbeddingStats:
         with self._lock:
             lines = []
             for counter, name in COUNTERS.items():
-                lines += [f"# HELP {name} {HELP[counter]}", f"# TYPE {name} counter"]
-                lines += [f'{name}{{model="{_escape(model)}"}} {amount}'
+                lines += heading(name, "counter", HELP[counter])
+                lines += [sample(name, (("model", model),), amount)
                           for (kind, model), amount in sorted(self._counts.items())
                           if kind == counter and (models is None or model in models)]
-            lines += [f"# HELP {HISTOGRAM} Seconds each embedding call took, by model.", f"# TYPE {HISTOGRAM} histogram"]
-            for model, buckets in sorted(self._buckets.items()):
-                if models is not None and model not in models:
-                    continue
-                label = f'model="{_escape(model)}"'
-                lines += [
-                    f'{HISTOGRAM}_bucket{{{label},le="{bound}"}} {n}'
-                    for bound, n in zip(LATENCY_BUCKETS, buckets, strict=True)
-                ]
-                lines.append(f'{HISTOGRAM}_bucket{{{label},le="+Inf"}} {self._calls[model]}')
-                lines.append(f"{HISTOGRAM}_sum{{{label}}} {self._seconds[model]:.6f}")
-                lines.append(f"{HISTOGRAM}_count{{{label}}} {self._calls[model]}")
+            lines += heading(HISTOGRAM, "histogram", "Seconds each embedding call took, by model.")
+            for model, histogram in sorted(self._latency.items()):
+                if models is None or model in models:
+                    lines += histogram.render(HISTOGRAM, (("model", model),))
             return lines
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

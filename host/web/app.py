@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from access import AccessControl
 from host.catalog import Catalog, load_catalog
@@ -30,11 +30,22 @@ from host.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans,
 from host.reloader import LibraryWatcher
 from host.settings import Settings
 from host.web.caller import verified_subject
-from host.web.dialects import openai_embeddings
+from host.web.dialects import mcp_server, openai_embeddings, ragflow
 from host.web.errors import HTTPError, from_core
 from host.web.library_endpoints import library_file, list_libraries
-from host.web.middleware import POLYMATH_LINK, AccessLog, PolymathLinkHeader, RateLimit, RequestBodyGuard
-from host.web.page import home_page
+from host.web.middleware import (
+    POLYMATH_LINK,
+    AccessLog,
+    CrossOrigin,
+    PolymathLinkHeader,
+    RateLimit,
+    RequestBodyGuard,
+    SecurityHeaders,
+    parse_cors_origins,
+)
+from host.web.middleware.security_headers import SECURITY_HEADERS
+from host.web.page.endpoints import home_page, library_map
+from host.web.page.rendering import STATIC_PREFIX, StaticAssets
 from host.web.query_endpoint import query_endpoint
 from host.web.responses import error_response
 from host.web.server import prepare_worker
@@ -47,19 +58,22 @@ ROUTES = [
     Route("/", query_endpoint, methods=["POST"]),
     Route("/", home_page, methods=["GET"]),
     Route("/libraries", list_libraries, methods=["GET"]),
+    Route("/libraries/{name:path}/map.svg", library_map, methods=["GET"]),  # before the files: a name may hold "/"
     Route("/libraries/{name:path}", library_file, methods=["GET"]),
     Route("/healthz", healthz, methods=["GET"]),
     Route("/readyz", readyz, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
     Route("/openapi.json", openapi, methods=["GET"]),
     Route("/v1/embeddings", openai_embeddings.embeddings, methods=["POST"]),
+    Mount(STATIC_PREFIX, app=StaticAssets()),
 ]
 
 
 def create_app(settings: Settings, catalog: Catalog | None = None, access: AccessControl | None = None,
                embedders: Embedders | None = None) -> Starlette:
     """The ASGI app. Loads libraries, the access file and the embedders unless given them already
-    (ValueError for contradictory embedder settings)."""
+    (ValueError for contradictory embedder settings or a malformed --cors-origin)."""
+    cors = parse_cors_origins(settings.cors_origin)
     if catalog is None:
         catalog = load_catalog(settings.libraries, cache_dir=settings.cache_dir, max_bytes=settings.max_library_bytes)
     if embedders is None:
@@ -69,6 +83,10 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
                              max_bytes=settings.max_library_bytes, interval=settings.watch_interval,
                              also_each_poll=state.access.reload_if_changed)
 
+    # None without the `mcp` extra: /mcp then answers 501. Pages of the origins listed with
+    # --cors-origin may use it as well as loopback ones (never any origin, even with `*`).
+    mcp = mcp_server.build(state, sorted(cors.origins))
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if settings.watch_interval > 0:
@@ -76,16 +94,22 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
             with suppress(NotImplementedError, RuntimeError, ValueError):  # no signals off the main thread
                 asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, watcher.request_reload)
         state.embedders.start_loading()  # so the first text query does not wait for a model to load
-        yield
+        async with mcp_server.running(mcp):
+            yield
         if settings.watch_interval > 0:
             watcher.stop()
         state.embedders.close()
 
     app = Starlette(
-        routes=ROUTES,
+        routes=[*ROUTES, *ragflow.routes(), *mcp_server.routes(mcp)],
         middleware=[
             Middleware(PolymathLinkHeader),
+            Middleware(ragflow.RAGFlowEnvelope),  # under /api/v1/, every answer in RAGFlow's envelope
             Middleware(AccessLog, metrics=state.metrics, generation=lambda: state.catalog.generation),
+            # Outside the rate limit and the body guard: their refusals carry CORS headers too, and a
+            # preflight (answered there, doing no work) never spends a client's requests.
+            Middleware(CrossOrigin, policy=cors),
+            Middleware(SecurityHeaders),
             Middleware(RateLimit, per_second=settings.rate_limit, burst=settings.rate_burst,
                        subject_of=partial(verified_subject, state.access)),
             Middleware(RequestBodyGuard, max_bytes=settings.max_body_bytes, read_timeout=settings.body_read_timeout),
@@ -103,6 +127,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
         },
     )
     app.state.host = state
+    app.state.cors = cors
     app.state.watcher = watcher
     return app
 
@@ -152,7 +177,8 @@ async def on_starlette_error(request: Request, error: Exception) -> Response:
 
 async def on_crash(request: Request, error: Exception) -> Response:
     log.exception("internal error on %s %s", request.method, request.url.path)
-    # Starlette sends this response from outside every middleware, so PolymathLinkHeader
-    # never sees it: the Link header is added here.
-    link = {"Link": POLYMATH_LINK.decode()}
-    return error_response(HTTPError(500, "the host failed to answer this request; the error is logged", link))
+    # Starlette sends this response from outside every middleware, so PolymathLinkHeader and
+    # CrossOrigin never see it: their headers are added here.
+    headers = {"Link": POLYMATH_LINK.decode(), **SECURITY_HEADERS,
+               **request.app.state.cors.headers_for(request.headers.get("origin"))}
+    return error_response(HTTPError(500, "the host failed to answer this request; the error is logged", headers))

@@ -8,23 +8,21 @@ and never tells one caller about another's bits.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import quote
 
-import numpy as np
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from host.catalog import Catalog
 from host.results import library_header, result_bit, visible_digest, visible_in_file_order
 from host.store import CompiledLibrary
 from host.web.caller import request_caller
 from host.web.errors import HTTPError
-from host.web.responses import JSON, accepts_gzip, cache_headers, is_not_modified, render_json
+from host.web.responses import JSON, accepts_gzip, cache_headers, is_not_modified, render_json, streamed_json
 from host.web.state import HostState, host_state
-
-BITS_PER_PIECE = 256
 
 
 def library_url(name: str) -> str:
@@ -35,9 +33,16 @@ def library_url(name: str) -> str:
 async def list_libraries(request: Request) -> Response:
     """The libraries this caller may see at least one bit of, with the count they may see."""
     caller = request_caller(request)
+    listed = visible_libraries(host_state(request).catalog, caller.access_tags)
+    headers = cache_headers(caller.token, revalidate=True)
+    return Response(render_json({"libraries": listed}), 200, headers, media_type=JSON)
+
+
+def visible_libraries(catalog: Catalog, access_tags: frozenset[str]) -> list[dict[str, Any]]:
+    """`GET /libraries`'s list (also the MCP `libraries` tool's): only what a caller holding `access_tags` may see."""
     listed = []
-    for library in host_state(request).catalog.libraries:
-        visible = library.visible_bit_count(caller.access_tags)
+    for library in catalog.libraries:
+        visible = library.visible_bit_count(access_tags)
         if visible:
             listed.append({
                 "name": library.name,
@@ -46,8 +51,7 @@ async def list_libraries(request: Request) -> Response:
                 "dimension": library.dimension,
                 "bits": visible,
             })
-    headers = cache_headers(caller.token, revalidate=True)
-    return Response(render_json({"libraries": listed}), 200, headers, media_type=JSON)
+    return listed
 
 
 async def library_file(request: Request) -> Response:
@@ -84,24 +88,14 @@ async def etag_digest(state: HostState, library: CompiledLibrary, visible_tags: 
     return digest
 
 
-async def _pieces(library: CompiledLibrary, visible_tags: frozenset[str], gzip: bool) -> AsyncIterator[bytes]:
+def _pieces(library: CompiledLibrary, visible_tags: frozenset[str], gzip: bool) -> AsyncIterator[bytes]:
     """The file exactly as `render_json(publish_library(...))` would be, a few hundred bits at a time."""
-    rows = visible_in_file_order(library, visible_tags)
-    compressor = zlib.compressobj(6, zlib.DEFLATED, 31) if gzip else None  # wbits 31: a gzip stream
+    rows = visible_in_file_order(library, visible_tags).tolist()
 
-    def encoded(piece: bytes) -> bytes:
-        return compressor.compress(piece) if compressor is not None else piece
+    def render_bits(start: int, stop: int) -> bytes:
+        return b",".join(render_json(result_bit(library, row)) for row in rows[start:stop])
 
-    yield encoded(render_json(library_header(library, len(rows)))[: -len(b"]}")])
-    for start in range(0, len(rows), BITS_PER_PIECE):
-        chunk = rows[start : start + BITS_PER_PIECE]
-        rendered = await run_in_threadpool(_render_bits, library, chunk)
-        yield encoded((b"," if start else b"") + rendered)
-    yield encoded(b"]}") + (compressor.flush() if compressor is not None else b"")
-
-
-def _render_bits(library: CompiledLibrary, rows: np.ndarray) -> bytes:
-    return b",".join(render_json(result_bit(library, row)) for row in rows.tolist())
+    return streamed_json(library_header(library, len(rows)), len(rows), render_bits, gzip=gzip)
 
 
 async def _kept_as_sent(state: HostState, key: tuple[str, bool], pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -13,11 +13,10 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass
 
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+from host.prometheus import Histogram, Labels, heading, sample
+
 MAX_SERIES = 200
 OTHER = "other"
-
-Labels = tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
@@ -45,7 +44,7 @@ class Metrics:
         self._lock = threading.Lock()
         self._counters: dict[str, dict[Labels, float]] = defaultdict(dict)
         self._gauges: dict[str, float] = {}
-        self._histograms = {name: _Histogram() for name, family in FAMILIES.items() if family.kind == "histogram"}
+        self._histograms = {name: Histogram() for name, family in FAMILIES.items() if family.kind == "histogram"}
 
     def count(self, name: str, amount: float = 1, **labels: str) -> None:
         assert FAMILIES[name].kind == "counter", name
@@ -69,43 +68,11 @@ class Metrics:
         lines = []
         with self._lock:
             for name, family in FAMILIES.items():
-                lines += [f"# HELP {name} {family.help}", f"# TYPE {name} {family.kind}"]
+                lines += heading(name, family.kind, family.help)
                 if family.kind == "counter":
-                    lines += [_sample(name, labels, value) for labels, value in sorted(self._counters[name].items())]
+                    lines += [sample(name, labels, value) for labels, value in sorted(self._counters[name].items())]
                 elif family.kind == "gauge" and name in self._gauges:
-                    lines.append(_sample(name, (), self._gauges[name]))
+                    lines.append(sample(name, (), self._gauges[name]))
                 elif family.kind == "histogram":
                     lines += self._histograms[name].render(name)
         return "\n".join(lines) + "\n"
-
-
-def _sample(name: str, labels: Labels, value: float) -> str:
-    if not labels:
-        return f"{name} {value:g}"
-    label_text = ",".join(f'{key}="{_escape(text)}"' for key, text in labels)
-    return f"{name}{{{label_text}}} {value:g}"
-
-
-class _Histogram:
-    def __init__(self) -> None:
-        self.buckets = [0] * len(LATENCY_BUCKETS)
-        self.total = 0.0
-        self.count = 0
-
-    def observe(self, seconds: float) -> None:
-        self.total += seconds
-        self.count += 1
-        for position, bound in enumerate(LATENCY_BUCKETS):
-            if seconds <= bound:
-                self.buckets[position] += 1
-
-    def render(self, name: str) -> list[str]:
-        lines = [f'{name}_bucket{{le="{bound}"}} {observed}' for bound, observed in zip(LATENCY_BUCKETS, self.buckets)]
-        lines.append(f'{name}_bucket{{le="+Inf"}} {self.count}')
-        lines.append(f"{name}_sum {self.total:.6f}")
-        lines.append(f"{name}_count {self.count}")
-        return lines
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from host.web.dialects.openapi_paths import PATHS as DIALECT_PATHS
+
 _ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
 
 
@@ -106,13 +108,82 @@ _TOKEN_PARAMETERS = [
      "description": "An access token, for clients that cannot set a header."},
 ]
 
+_NOTICE = {"type": "object", "required": ["level", "text"], "properties": {
+    "level": {"type": "string", "enum": ["info", "warning", "error"]}, "text": {"type": "string"}}}
+_PAGE_BIT = {"type": "object", "required": ["id", "title", "href", "text", "similarity", "token_count", "library",
+                                            "access_tag", "like_href"], "properties": {
+    "id": {"type": "string"}, "anchor": {"type": "string"}, "title": {"type": "string"},
+    "href": {"type": "string", "nullable": True, "description": "The bit's URL when it is http(s); else null."},
+    "url": {"type": "string"}, "description": {"type": "string", "nullable": True}, "text": {"type": "string"},
+    "similarity": {"type": "number", "nullable": True, "description": "null in a random sample."},
+    "token_count": {"type": "integer"}, "cut_from": {"type": "integer", "nullable": True},
+    "library": {"type": "string"},
+    "access_tag": {"type": "string", "nullable": True, "description": "Only on bits the caller's token grants."},
+    "like_href": {"type": "string"}}}
+_PAGE = {
+    "type": "object",
+    "description": "The page's data (host/web/page/data.py): what the HTML page renders.",
+    "required": ["title", "query", "like", "library", "budget", "search_available", "notices", "libraries", "sections"],
+    "properties": {
+        "title": {"type": "string"}, "query": {"type": "string"},
+        "like": {"type": "string", "nullable": True}, "library": {"type": "string", "nullable": True},
+        "budget": {"type": "object", "properties": {"count": {"type": "integer"},
+                                                    "count_type": {"type": "string", "enum": ["token", "bit"]}}},
+        "search_available": {"type": "boolean"}, "search_note": {"type": "string", "nullable": True},
+        "caller": {"type": "object", "nullable": True, "properties": {
+            "subject": {"type": "string"}, "access_tags": {"type": "array", "items": {"type": "string"}}}},
+        "notices": {"type": "array", "items": _NOTICE},
+        "libraries": {"type": "array", "items": {"type": "object", "properties": {
+            "name": {"type": "string"}, "page_href": {"type": "string"}, "file_href": {"type": "string"},
+            "map_href": {"type": "string"}, "bit_count": {"type": "integer"}, "private_bit_count": {"type": "integer"},
+            "embedding_model": {"type": "string"}, "description": {"type": "string", "nullable": True},
+            "searchable": {"type": "boolean"}}}},
+        "sections": {"type": "array", "items": {"type": "object", "properties": {
+            "heading": {"type": "string"}, "model": {"type": "string"},
+            "kind": {"type": "string", "enum": ["ranked", "sample"]},
+            "bits": {"type": "array", "items": _PAGE_BIT},
+            "more_href": {"type": "string", "nullable": True}, "another_href": {"type": "string", "nullable": True},
+            "permalink_href": {"type": "string", "nullable": True}}}},
+        "map": {"type": "object", "nullable": True, "description": "On a library's page: its 2-D map."},
+    },
+}
+_PAGE_PARAMETERS = [
+    {"name": "q", "in": "query", "required": False, "schema": {"type": "string"},
+     "description": "Search in words (when an embedder serves the model)."},
+    {"name": "like", "in": "query", "required": False, "schema": {"type": "string"},
+     "description": "A bit id: the bits most like it."},
+    {"name": "library", "in": "query", "required": False, "schema": {"type": "string"},
+     "description": "A library's page: its description and map; searches and samples within it."},
+    {"name": "count", "in": "query", "required": False, "schema": {"type": "string"},
+     "description": "The budget (at most 100 bits or 25,000 tokens on the page)."},
+    {"name": "count_type", "in": "query", "required": False, "schema": {"type": "string"},
+     "description": "token or bit (default: 10 bits)."},
+    {"name": "seed", "in": "query", "required": False, "schema": {"type": "string"},
+     "description": "The random sample's seed: the same seed gives the same sample."},
+]
+_HTML = {"text/html": {"schema": {"type": "string"}}}
+
 OPENAPI: dict[str, Any] = {
     "openapi": "3.0.3",
-    "info": {"title": "polymath-host", "version": "1", "description": "A host for Polymath libraries."},
+    "info": {"title": "polymath-host", "version": "1", "description": (
+        "A host for Polymath libraries. Browser apps on other origins may call it (CORS: any origin by "
+        "default, or the origins of --cors-origin; never with credentials).")},
     "paths": {
         "/": {
-            "get": {"summary": "A human page", "responses": {"200": {"description": "HTML",
-                                                                     "content": {"text/html": {"schema": {"type": "string"}}}}}},
+            "get": {
+                "summary": "The page people use: search, more like this, a random sample, the libraries",
+                "description": "HTML for a browser; the same page's data as JSON with Accept: application/json. "
+                               "Anything it cannot use is a notice on the page, never a 400.",
+                "parameters": [*_PAGE_PARAMETERS, *_TOKEN_PARAMETERS],
+                "responses": {
+                    "200": {"description": "The page", "content": {
+                        **_HTML, "application/json": {"schema": {"$ref": "#/components/schemas/Page"}}}},
+                    "401": {"description": "A refused access token: the public page with a notice saying why "
+                                           "(HTML), or an error (JSON)",
+                            "content": {**_HTML, "application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+                    "429": _error("Too many requests"),
+                },
+            },
             "post": {
                 "summary": "Query: the bits most similar to query_embedding, within a budget",
                 "parameters": [{"name": "Authorization", "in": "header", "required": False,
@@ -123,8 +194,10 @@ OPENAPI: dict[str, Any] = {
                     "multipart/form-data": {"schema": _QUERY_ARGUMENTS},
                 }},
                 "responses": {
-                    "200": {"description": "A version-1 library of the best bits",
-                            "content": {**_JSON_BODY, "application/msgpack": {"schema": {"type": "string", "format": "binary"}}}},
+                    "200": {"description": "A version-1 library of the best bits (Accept: application/msgpack: as "
+                                           "MessagePack; Accept: text/plain: as a context block, README 'text/plain')",
+                            "content": {**_JSON_BODY, "application/msgpack": {"schema": {"type": "string", "format": "binary"}},
+                                        "text/plain": {"schema": {"type": "string"}}}},
                     "400": _error("A bad argument"),
                     "401": _error("An access token that failed verification"),
                     "408": _error("The body did not arrive in time"),
@@ -166,10 +239,20 @@ OPENAPI: dict[str, Any] = {
                           "401": _error("An access token that failed verification"),
                           "404": _error("No such library visible to this caller"),
                           "429": _error("Too many requests")}}},
+        "/libraries/{name}/map.svg": {"get": {
+            "summary": "A library's 2-D map: its bits (those the caller may see) on their first two principal "
+                       "components, each linking to the bits most like it",
+            "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
+                           *_TOKEN_PARAMETERS],
+            "responses": {"200": {"description": "SVG", "content": {"image/svg+xml": {"schema": {"type": "string"}}}},
+                          "401": _error("An access token that failed verification"),
+                          "404": _error("No such library visible to this caller"),
+                          "429": _error("Too many requests")}}},
         "/healthz": {"get": {"summary": "Alive", "responses": {"200": {"description": "Alive"}}}},
         "/readyz": {"get": {"summary": "Libraries loaded", "responses": {"200": {"description": "Ready"}}}},
         "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {
             "description": "Metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+        **DIALECT_PATHS,
     },
-    "components": {"schemas": {"Error": _ERROR, "Bit": _BIT, "Library": _LIBRARY}},
+    "components": {"schemas": {"Error": _ERROR, "Bit": _BIT, "Library": _LIBRARY, "Page": _PAGE}},
 }

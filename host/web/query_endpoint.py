@@ -1,33 +1,48 @@
-"""`POST /` (SPEC §3): read the arguments, ask the query core, render, cache."""
+"""`POST /` (SPEC §3): read the arguments, ask the query core, render, cache.
+
+The answer is a version-1 library as JSON, as MessagePack (`Accept: application/msgpack`) or as a
+ready-to-paste context block (`Accept: text/plain`, host/web/context_block.py): the same bits
+under the same budget rules in each.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from typing import Literal, overload
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from host.catalog import Catalog
 from host.embedders.errors import EmbedderError
-from host.engine import random_query
+from host.engine import Selection, random_query
 from host.index import ModelIndex
+from host.library_format import parse_omit
 from host.query import Query, choose_model, run_query
-from host.results import build_result, estimated_answer_bytes
+from host.results import build_result, estimated_answer_bytes, result_header, selection_bits
 from host.web.caller import Caller, request_caller
+from host.web.context_block import TEXT_PLAIN, render_context_block
 from host.web.errors import bad_request
 from host.web.query_args import QueryArgs, parse_query_args, query_vector
 from host.web.request_body import read_fields
 from host.web.responses import (
     JSON,
     MSGPACK,
+    AnswerFormat,
     ChunkedResponse,
+    answer_format,
     cache_headers,
     render_json,
     render_msgpack,
-    wants_msgpack,
+    streamed_json,
 )
 from host.web.state import HostState, host_state
+
+STREAM_FROM_BYTES = 1 << 20  # larger JSON answers are rendered as they are sent
+MEDIA_TYPES: dict[AnswerFormat, str] = {"json": JSON, "msgpack": MSGPACK, "text": TEXT_PLAIN}
+CONTEXT_BLOCK_KEYS = parse_omit("embedding")  # a context block shows text and info, whatever `omit` says
 
 
 async def query_endpoint(request: Request) -> Response:
@@ -42,11 +57,14 @@ async def query_endpoint(request: Request) -> Response:
     catalog = state.catalog  # this request's generation, whatever reloads happen meanwhile
     signals_on = state.access.restricted_count or bool(state.access.restricted_message)
     index = choose_model(catalog, args.model, caller.grant, reveal_all=signals_on)
-    binary = wants_msgpack(request.headers.get("accept", ""))
-    body = await answer(state, catalog, index, args, caller, binary)
+    form = answer_format(request.headers.get("accept", ""))
+    body = await answer(state, catalog, index, args, caller, form, stream_large=True)
     state.metrics.observe("polymath_query_seconds", time.perf_counter() - started)
-    state.metrics.count("polymath_queries_total", format="msgpack" if binary else "json")
-    return ChunkedResponse(body, 200, cache_headers(caller.token), media_type=MSGPACK if binary else JSON)
+    state.metrics.count("polymath_queries_total", format=form)
+    headers, media_type = cache_headers(caller.token), MEDIA_TYPES[form]
+    if isinstance(body, bytes):
+        return ChunkedResponse(body, 200, headers, media_type=media_type)
+    return StreamingResponse(body, 200, headers, media_type=media_type)
 
 
 def check_answer_size(size: int, limit: int) -> None:
@@ -55,10 +73,27 @@ def check_answer_size(size: int, limit: int) -> None:
                           "ask for a smaller count, or omit embedding")
 
 
+@overload
+async def answer(state: HostState, catalog: Catalog, index: ModelIndex, args: QueryArgs, caller: Caller,
+                 form: AnswerFormat = ..., libraries: frozenset[str] | None = ..., *,
+                 stream_large: Literal[False] = ...) -> bytes: ...
+
+
+@overload
+async def answer(state: HostState, catalog: Catalog, index: ModelIndex, args: QueryArgs, caller: Caller,
+                 form: AnswerFormat = ..., libraries: frozenset[str] | None = ..., *,
+                 stream_large: bool) -> bytes | AsyncIterator[bytes]: ...
+
+
 async def answer(
-    state: HostState, catalog: Catalog, index: ModelIndex, args: QueryArgs, caller: Caller, binary: bool
-) -> bytes:
-    """The rendered result, from the cache when the very same question was asked before."""
+    state: HostState, catalog: Catalog, index: ModelIndex, args: QueryArgs, caller: Caller, form: AnswerFormat = "json",
+    libraries: frozenset[str] | None = None, *, stream_large: bool = False,
+) -> bytes | AsyncIterator[bytes]:
+    """The rendered result, from the cache when the very same question was asked before.
+
+    `libraries` narrows the answer to those libraries (the MCP tool's `library`). With
+    `stream_large`, a JSON answer of more than STREAM_FROM_BYTES comes as pieces rendered as they
+    are sent (and is not cached): a client reading slowly then holds a few bits, not the answer."""
     restricted_count, restricted_message = state.access.restricted_count, state.access.restricted_message
     key = None  # a random sample is different every time: never cached
     if args.query is not None:
@@ -74,7 +109,7 @@ async def answer(
         # Everything the answer depends on, including the caller's grant: callers with
         # different access never share an entry.
         key = (catalog.generation, index.model, vector.tobytes(), args.count, args.count_type, args.omit,
-               args.similarity_threshold, args.constraint, caller.access_tags, binary, restricted_count,
+               args.similarity_threshold, args.constraint, libraries, caller.access_tags, form, restricted_count,
                restricted_message)
         cached = state.answers.get(key)
         if cached is not None:
@@ -84,18 +119,36 @@ async def answer(
 
     limit = state.settings.max_answer_bytes
 
-    def compute() -> bytes:
-        query = Query(vector, args.count, args.count_type, args.similarity_threshold, args.constraint)
+    omit = CONTEXT_BLOCK_KEYS if form == "text" else args.omit
+
+    def compute() -> bytes | Selection:
+        query = Query(vector, args.count, args.count_type, args.similarity_threshold, args.constraint, libraries)
         selection = run_query(index, query, caller.grant, state.search,
                               count_restricted=restricted_count or bool(restricted_message))
-        check_answer_size(estimated_answer_bytes(index, selection, args.omit, binary_embeddings=binary), limit)
-        result = build_result(index, selection, args.omit, binary_embeddings=binary,
-                              restricted_count=restricted_count, restricted_message=restricted_message)
-        body = render_msgpack(result) if binary else render_json(result)
+        binary = form == "msgpack"
+        estimate = estimated_answer_bytes(index, selection, omit, binary_embeddings=binary)
+        check_answer_size(estimate, limit)
+        if stream_large and form == "json" and estimate > STREAM_FROM_BYTES:
+            return selection
+        if form == "text":
+            body = render_context_block(selection_bits(index, selection, omit)).encode()
+        else:
+            result = build_result(index, selection, omit, binary_embeddings=binary, restricted_count=restricted_count,
+                                  restricted_message=restricted_message)
+            body = render_msgpack(result) if binary else render_json(result)
         check_answer_size(len(body), limit)
         return body
 
-    body = await run_in_threadpool(compute)
+    computed = await run_in_threadpool(compute)
+    if isinstance(computed, Selection):
+        selection = computed
+
+        def render_bits(start: int, stop: int) -> bytes:
+            return b",".join(render_json(bit) for bit in selection_bits(index, selection, omit, start=start, stop=stop))
+
+        header = result_header(index, selection, omit, restricted_count=restricted_count,
+                               restricted_message=restricted_message)
+        return streamed_json(header, len(selection.rows), render_bits)
     if key is not None:
-        state.answers.put(key, body)
-    return body
+        state.answers.put(key, computed)
+    return computed

@@ -4,19 +4,27 @@ uvicorn never closes a connection that sends nothing or only part of its headers
 that stops reading holds its answer in memory for as long as it likes. `GuardedH11Protocol` adds
 the two missing timers: headers must arrive within `header_timeout` seconds of a connection being
 ready for a request, and a paused write (the client is not reading) may last `write_timeout`
-seconds before the connection is dropped. The worker's open-file limit is raised where the system
+seconds before the connection is dropped. A dropped connection whose answer the kernel still holds
+is reset, so the kernel lets go of it too. The worker's open-file limit is raised where the system
 allows and the connection cap kept under it, so idle sockets can never lock everyone out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import logging
 import resource
+import socket
+import struct
+import termios
+import time
 from typing import Any
 
 import h11
 import uvicorn
+from uvicorn._types import ASGIReceiveCallable, ASGISendCallable, Scope
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from host.process import bind_workers_over_tcp
@@ -24,18 +32,48 @@ from host.settings import Settings
 
 log = logging.getLogger("polymath_host.server")
 DESCRIPTORS_KEPT_FREE = 64  # for library files, the access file, logs and the listening socket
+OVER_CAP_BODY = b'{"error":"this host holds as many connections as it allows: try again in a moment"}'
+CAP_WARNING_INTERVAL = 60.0  # seconds between two log lines saying requests are refused at the cap
+
+
+async def refuse_over_cap(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+    """The connection cap's 503, a one-line JSON error like every other refusal; the connection closes after it."""
+    await send({"type": "http.response.start", "status": 503, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(OVER_CAP_BODY)).encode()),
+        (b"retry-after", b"1"), (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": OVER_CAP_BODY, "more_body": False})
 
 
 class GuardedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a header-read timer and a write-stall timer per connection."""
+    """uvicorn's h11 protocol with a header-read timer and a write-stall timer per connection, and a
+    connection cap that refuses requests with a JSON 503 (uvicorn's own answers text/plain and logs a
+    warning for every refused request)."""
 
     header_timeout = 10.0
     write_timeout = 30.0
+    connection_cap: int | None = None  # per worker; None: no cap
+    _cap_warned_at = -CAP_WARNING_INTERVAL
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._header_timer: asyncio.TimerHandle | None = None
         self._stall_timer: asyncio.TimerHandle | None = None
+
+    # uvicorn reads `self.app` once for each request it starts: past the cap, that is the refusal.
+    @property
+    def app(self) -> Any:
+        cap = self.connection_cap
+        if cap is not None and (len(self.connections) > cap or len(self.tasks) >= cap):
+            now = time.monotonic()
+            if now - GuardedH11Protocol._cap_warned_at >= CAP_WARNING_INTERVAL:
+                GuardedH11Protocol._cap_warned_at = now
+                log.warning("over the connection cap (%d): refusing requests with 503", cap)
+            return refuse_over_cap
+        return self._app
+
+    @app.setter
+    def app(self, value: Any) -> None:
+        self._app = value
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -77,6 +115,13 @@ class GuardedH11Protocol(H11Protocol):
         self._cancel_timers()
         if not self.transport.is_closing():
             log.debug("dropping a connection from %s: %s", self.client, why)
+            connection = self.transport.get_extra_info("socket")
+            if connection is not None and unsent_bytes(connection):
+                # Else the kernel keeps what it already took (up to its send buffer, 4 MiB by default)
+                # in an orphaned socket, probing a client that answers but never reads for as long as
+                # that client likes. A zero linger makes the close a reset, which frees it at once.
+                with contextlib.suppress(OSError):
+                    connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.transport.abort()  # close() would first wait to flush what the client is not reading
 
     def _cancel_timers(self) -> None:
@@ -84,6 +129,15 @@ class GuardedH11Protocol(H11Protocol):
             if timer is not None:
                 timer.cancel()
         self._header_timer = self._stall_timer = None
+
+
+def unsent_bytes(connection: Any) -> int:
+    """Bytes the kernel holds for this socket that the client has not acknowledged (Linux); 0 if unknown."""
+    try:
+        held: int = struct.unpack("i", fcntl.ioctl(connection.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
+        return held
+    except (OSError, AttributeError):
+        return 0
 
 
 def prepare_worker(settings: Settings) -> int:
@@ -95,7 +149,8 @@ def prepare_worker(settings: Settings) -> int:
     if settings.max_connections > affordable:
         log.warning("at most %d connections: the open-file limit is %d (raise it with ulimit -n)",
                     affordable, descriptors)
-    return min(settings.max_connections, affordable)
+    GuardedH11Protocol.connection_cap = min(settings.max_connections, affordable)
+    return GuardedH11Protocol.connection_cap
 
 
 def raise_open_file_limit() -> int:
@@ -113,10 +168,10 @@ def raise_open_file_limit() -> int:
 
 def run(app: Any, settings: Settings, *, host: str, port: int, workers: int, log_level: str) -> None:
     """Serve `app` (an ASGI app, or with workers the import string of a factory) until stopped."""
-    cap = prepare_worker(settings)
+    prepare_worker(settings)  # workers, fresh processes, run it again (host.web.app)
     options: dict[str, Any] = {
         "host": host, "port": port, "log_level": log_level, "access_log": False,
-        "http": GuardedH11Protocol, "limit_concurrency": cap, "timeout_keep_alive": 5,
+        "http": GuardedH11Protocol, "timeout_keep_alive": 5,  # no limit_concurrency: the protocol caps
     }
     if workers > 1:
         bind_workers_over_tcp()

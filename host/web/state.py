@@ -14,6 +14,7 @@ from host.embedders.service import Embedders
 from host.query import SearchPolicy
 from host.settings import Settings
 from host.web.metrics import Metrics
+from host.web.page.maps import ProjectionCache
 
 ETAGS_KEPT = 4096
 LARGEST_SHARE = 8  # one entry may take at most this fraction of a cache: it never empties it alone
@@ -31,6 +32,7 @@ class HostState:
         self.answers = ByteBoundedCache(settings.answer_cache_bytes // 2)
         self.published = ByteBoundedCache(settings.answer_cache_bytes // 2)
         self.etags: LRUCache[tuple[Any, ...], str] = LRUCache(maxsize=ETAGS_KEPT)
+        self.projections = ProjectionCache()  # libraries' maps (the page)
         self.public_generation = 0
         self._public_fingerprint: tuple[tuple[str, str], ...] | None = None
         self._describe(catalog)

@@ -19,6 +19,8 @@ class RequestBodyGuard:
 
     The size is checked against Content-Length up front and counted as chunks arrive; every
     chunk must come within `read_timeout` seconds, so a slow-loris client cannot hold a worker.
+    Once the body is complete, `receive` only waits for the client to go away (a streamed answer
+    listens for that while it is sent): that wait has no limit, or a long answer would be cut.
     """
 
     def __init__(self, app: ASGIApp, max_bytes: int, read_timeout: float) -> None:
@@ -34,9 +36,12 @@ class RequestBodyGuard:
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             return await error_response(too_large)(scope, receive, send)
         received = 0
+        complete = False
 
         async def guarded_receive() -> Message:
-            nonlocal received
+            nonlocal received, complete
+            if complete:
+                return await receive()
             try:
                 message = await asyncio.wait_for(receive(), self.read_timeout)
             except TimeoutError:
@@ -45,6 +50,7 @@ class RequestBodyGuard:
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
                     raise too_large
+                complete = not message.get("more_body", False)
             return message
 
         await self.app(scope, guarded_receive, send)

@@ -1,0 +1,5 @@
+import sys
+
+from host.importer.cli import main
+
+sys.exit(main())

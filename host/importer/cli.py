@@ -1,0 +1,205 @@
+"""`polymath-host import SOURCE... --out FILE`: the command-line edge of the importer.
+
+`register(subparsers)` adds the command to the host's parser (as `access.cli` does); `main(argv)`
+runs it standalone (`python -m host.importer`). The embedder comes from `open_embedder`, the one
+place that maps --model / --embedder-url / --embedder-model to an embedder. Exit codes: 0 done;
+1 an error (the old output untouched) or some files could not be read (the library was written
+from the others: a publisher's script notices); 130 interrupted (the old output untouched);
+2 a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from host.embedders import minilm
+from host.embedders.errors import NoEmbedder
+from host.embedders.service import build_embedders
+from host.importer.embedding import Embedder, chunk_limit_warning
+from host.importer.errors import ImporterError
+from host.importer.pipeline import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_CHUNK_TOKENS,
+    ImportOptions,
+    NoProgress,
+    Progress,
+    import_library,
+)
+from host.importer.progress import BarProgress, wants_bar
+
+CACHE_SUFFIX = ".embeddings-cache.sqlite"
+_TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+DESCRIPTION = """\
+Turn writing into a library file: Markdown (front matter title, description, url; headings),
+plain text, HTML pages, RSS/Atom feeds and PDF files, or folders of them (walked in sorted order;
+hidden files and folders and .SECRET. files are skipped). Text is cut into chunks along its
+headings, paragraphs, sentences and words, of at most --chunk-tokens tokens of the model's own
+tokenizer, and embedded. A re-run embeds only chunks whose text changed (a cache beside --out).
+The library is validated before it replaces --out, atomically: an error or Ctrl-C leaves the old
+file as it was."""
+
+EPILOG = """\
+where the file goes:
+  --out libraries/blog.json                    public: served to everyone
+  --out drafts.json --access-tag unpublished   written to libraries/access/unpublished/drafts.json:
+                                               private to tokens that grant the tag "unpublished"
+
+examples:
+  polymath-host import posts/ --out libraries/blog.json --base-url https://example.com/blog/
+  polymath-host import feed.xml notes/ --out libraries/site.json --base-url https://example.com/
+  polymath-host import drafts/ --out drafts.json --access-tag unpublished --base-url https://example.com/
+  polymath-host import docs/ --out libraries/docs.json \\
+      --embedder-url http://localhost:11434/v1 --embedder-model nomic-embed-text --chunk-tokens 500"""
+
+
+def open_embedder(model: str | None, embedder_url: str | None, embedder_model: str | None) -> Embedder:
+    """The embedder `import` uses, from --model / --embedder-url / --embedder-model.
+
+    The same embedders `serve` keeps (host.embedders), so that text queries land in the library's
+    vector space: the built-in local MiniLM, or the OpenAI-compatible service serving library model
+    `model` (default `openai.com:<embedder_model>`). The local one runs on every core here: an
+    import is a batch job, where `serve` gives each query one thread.
+    """
+    remote = embedder_url is not None or embedder_model is not None
+    wanted = model or (f"openai.com:{embedder_model}" if embedder_model else minilm.MODEL)
+    if not remote:
+        if wanted != minilm.MODEL:
+            raise ImporterError(f"--model {wanted}: no local embedder for it; use --model {minilm.MODEL} "
+                                "or --embedder-url URL --embedder-model NAME")
+        problem = minilm.missing_requirement()
+        if problem:
+            raise ImporterError(f"--model {wanted}: {problem}")
+        return minilm.MiniLMEmbedder(threads=0)
+    try:
+        registry = build_embedders("auto", embedder_url, embedder_model, model)
+    except ValueError as problem:
+        raise ImporterError(f"--embedder-url/--embedder-model: {problem}") from None
+    try:
+        return registry.get(wanted)
+    except NoEmbedder:
+        raise ImporterError(f"--model {wanted}: no embedder serves it") from None
+
+
+EmbedderOpener = Callable[[str | None, str | None, str | None], Embedder]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("sources", nargs="+", type=Path, metavar="SOURCE",
+                        help="a file or folder of Markdown, text, HTML, RSS/Atom or PDF files")
+    parser.add_argument("--out", type=Path, required=True, metavar="FILE",
+                        help="the library file to write (.json), e.g. libraries/blog.json; "
+                             "with --access-tag, a file name: see below")
+    parser.add_argument("--access-tag", metavar="T",
+                        help="make the bits private to tokens granting T: the library is written to "
+                             "<libraries>/access/T/<--out> (--out must then be a bare file name)")
+    parser.add_argument("--libraries", type=Path, default=Path("libraries"), metavar="DIR",
+                        help="the folder serve loads, where --access-tag puts the file (default: libraries/)")
+    parser.add_argument("--base-url", metavar="URL",
+                        help="the site's URL: a bit links to URL + the file's path under its SOURCE (.md as .html) "
+                             "+ #heading; front matter url and feed links win (default: file: URLs of "
+                             "this machine, for trying a library locally)")
+    parser.add_argument("--model", metavar="M",
+                        help=f"the embedding model (default: {minilm.MODEL}, local and offline; "
+                             "with --embedder-url: openai.com:<--embedder-model>)")
+    parser.add_argument("--embedder-url", metavar="URL",
+                        help="embed through an OpenAI-compatible /v1/embeddings service (key from "
+                             "POLYMATH_EMBEDDER_KEY or OPENAI_API_KEY)")
+    parser.add_argument("--embedder-model", metavar="NAME", help="the model name that service knows")
+    parser.add_argument("--chunk-tokens", type=int, default=DEFAULT_CHUNK_TOKENS, metavar="N",
+                        help=f"largest chunk, in the model's tokens (default {DEFAULT_CHUNK_TOKENS}: all of it "
+                             "is embedded by MiniLM, which reads 254 tokens of text; raise it for "
+                             "models with a longer window)")
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="N",
+                        help=f"chunks per call to the embedder (default {DEFAULT_BATCH_SIZE})")
+    parser.add_argument("--cache", type=Path, metavar="FILE",
+                        help=f"the embeddings cache (default: the output's path + {CACHE_SUFFIX})")
+    parser.add_argument("--no-cache", action="store_true", help="embed every chunk, keep no cache")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar (it is shown only on a terminal)")
+
+
+def register(subparsers: Any, open_embedder: EmbedderOpener = open_embedder) -> argparse.ArgumentParser:
+    """Add `import` to the host's argparse subparsers."""
+    command: argparse.ArgumentParser = subparsers.add_parser(
+        "import", help="turn Markdown, text, HTML, feeds and PDFs into a library file", description=DESCRIPTION,
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(command)
+    command.set_defaults(func=lambda args: import_command(args, open_embedder))
+    return command
+
+
+def main(argv: list[str] | None = None, open_embedder: EmbedderOpener = open_embedder) -> int:
+    parser = argparse.ArgumentParser(prog="polymath-host")
+    register(parser.add_subparsers(metavar="COMMAND", required=True), open_embedder)
+    args = parser.parse_args(["import", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args))
+
+
+def resolve_output(out: Path, access_tag: str | None, libraries: Path) -> tuple[Path, str | None]:
+    """The file to write and the access tag its folder gives, by the rules `--help` states."""
+    name = out.name
+    if not name.endswith(".json"):
+        raise ImporterError(f"--out {out}: a library file name ends in .json (serve loads only those)")
+    if name.startswith(".") or ".SECRET." in name:
+        raise ImporterError(f"--out {out}: serve never loads hidden or .SECRET. files; choose another name")
+    if access_tag is not None:
+        if not _TAG.fullmatch(access_tag) or ".SECRET." in access_tag:
+            raise ImporterError(f"--access-tag {access_tag!r}: use letters, digits, '_', '-' and '.', starting "
+                                "with a letter or digit")
+        if len(out.parts) != 1:
+            raise ImporterError(f"--out {out}: with --access-tag, give a file name (e.g. --out {name}); it is "
+                                f"written to {libraries / 'access' / access_tag / name}")
+        return libraries / "access" / access_tag / name, access_tag
+    return out, _folder_tag(out, libraries)
+
+
+def _folder_tag(out: Path, libraries: Path) -> str | None:
+    """The tag serve gives `out` from its folder (`<libraries>/access/<tag>/...`), when it is under --libraries."""
+    try:
+        relative = out.resolve().relative_to(libraries.resolve())
+    except ValueError:
+        relative = out
+    parts = relative.parts[:-1]
+    if "access" in parts and parts.index("access") + 1 < len(parts):
+        return parts[parts.index("access") + 1]
+    return None
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def import_command(args: argparse.Namespace, open_embedder: EmbedderOpener = open_embedder) -> int:
+    out: Path | None = None
+    try:
+        out, access_tag = resolve_output(args.out, args.access_tag, args.libraries)
+        if args.embedder_url and not args.embedder_model:
+            raise ImporterError("--embedder-url needs --embedder-model NAME (the model that service knows)")
+        model = args.model or (f"openai.com:{args.embedder_model}" if args.embedder_url else None)
+        embedder = open_embedder(model, args.embedder_url, args.embedder_model)
+        warning = chunk_limit_warning(embedder.model, args.chunk_tokens)
+        if warning:
+            _say(warning)
+        cache = None if args.no_cache else (args.cache or out.with_name(out.name + CACHE_SUFFIX))
+        options = ImportOptions(base_url=args.base_url, chunk_tokens=args.chunk_tokens, batch_size=args.batch_size,
+                                cache=cache, access_tag=access_tag)
+        progress: Progress = BarProgress() if wants_bar(args.quiet) else NoProgress()
+        report = import_library(args.sources, out, embedder, options, progress, _say)
+    except ImporterError as problem:
+        _say(f"error: {problem}")
+        return 1
+    except KeyboardInterrupt:
+        kept = f"{out} is left as it was" if out is not None else "nothing was written"
+        _say(f"interrupted: {kept}; what was embedded so far is cached for the next run")
+        return 130
+    for line in report.summary():
+        _say(line)
+    if access_tag is not None:
+        _say(f"its bits are private: served only to tokens that grant {access_tag!r}")
+    return 1 if report.failed else 0

@@ -1,0 +1,84 @@
+"""The embedder as the importer uses it: the shared interface, and its failures as one-line errors.
+
+`GuardedEmbedder` wraps any embedder: whatever it raises (a service down, a timeout, a model that
+will not load) becomes `EmbedderFailed`, which stops the import, and a wrong shape or a NaN from it
+is caught before it reaches a library. `chunk_limit_warning` says when chunks would be longer than
+the model reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from host.importer.errors import ImporterError
+
+# Tokens of text a model embeds (its window less special tokens); past them text is not embedded.
+MODEL_INPUT_TOKENS = {
+    "sentence-transformers:all-MiniLM-L6-v2": 254,
+    "openai.com:text-embedding-ada-002": 8191,
+    "openai.com:text-embedding-3-small": 8191,
+    "openai.com:text-embedding-3-large": 8191,
+}
+
+
+class Embedder(Protocol):
+    """The shared embedder interface (`host/embedders/base.py`), restated so this package stands alone."""
+
+    model: str
+    dimension: int
+
+    def count_tokens(self, text: str) -> int: ...
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
+class EmbedderFailed(ImporterError):
+    """The embedder (not a file) failed: the import stops, whichever file it was working on."""
+
+
+class GuardedEmbedder:
+    """The embedder's `count_tokens`, `dimension` and `embed`, with its failures as one-line EmbedderFailed."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self.model = embedder.model
+        try:
+            # A remote embedder may ask its service here. A local one loads its model at the first count
+            # (not here: a re-run whose files are all unchanged never needs it).
+            self.dimension = int(embedder.dimension)
+        except Exception as problem:
+            raise EmbedderFailed(f"the embedder of {self.model} is not usable: {_one_line(problem)}") from problem
+
+    def count_tokens(self, text: str) -> int:
+        try:
+            return int(self.embedder.count_tokens(text))
+        except Exception as problem:
+            raise EmbedderFailed(f"counting tokens failed: {_one_line(problem)}") from problem
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        try:
+            vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+        except Exception as problem:  # any embedder failure (service down, timeout, bad key) ends the import cleanly
+            raise EmbedderFailed(f"embedding failed: {_one_line(problem)}") from problem
+        if vectors.shape != (len(texts), self.dimension):
+            raise EmbedderFailed(f"embedding failed: the embedder returned an array of shape {vectors.shape} "
+                                 f"for {len(texts)} texts of dimension {self.dimension}")
+        if not np.isfinite(vectors).all():
+            raise EmbedderFailed("embedding failed: the embedder returned NaN or infinity")
+        return vectors
+
+
+def _one_line(problem: BaseException) -> str:
+    return f"{type(problem).__name__}: {' '.join(str(problem).split())}"
+
+
+def chunk_limit_warning(model: str, chunk_tokens: int) -> str | None:
+    """A warning when chunks may be longer than the model reads (their ends would not be embedded)."""
+    limit = MODEL_INPUT_TOKENS.get(model)
+    if limit is not None and chunk_tokens > limit:
+        return (f"warning: --chunk-tokens {chunk_tokens} is more than {model} embeds ({limit} tokens): "
+                "the end of a longer chunk will not be found by search")
+    return None

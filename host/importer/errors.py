@@ -1,0 +1,38 @@
+"""The importer's one error type, and the check that names the `import` extra when a library is missing."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+EXTRA_HINT = "pip install 'polymath-host[import]'"
+
+
+class ImporterError(Exception):
+    """A problem the publisher can fix; its message is one line and names the file or option."""
+
+
+class MissingExtra(ImporterError):
+    """A library of the `import` extra is not installed: every file of that kind would fail, so stop."""
+
+
+def require(module: str, purpose: str) -> ModuleType:
+    """Import a module of the `import` extra, or say in one line how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingExtra(
+            f"{purpose} needs {module.split('.')[0]}, part of the `import` extra: {EXTRA_HINT}"
+        ) from None
+
+
+class Draft(Exception):
+    """A page its author marked unpublished (`draft: true`, `published: false`): skipped, and counted."""
+
+
+def decode_text(data: bytes) -> str:
+    """UTF-8 text (a byte-order mark is dropped), or an ImporterError saying where it is not."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as problem:
+        raise ImporterError(f"not UTF-8 text (byte {problem.start:,} is {data[problem.start]:#04x})") from None

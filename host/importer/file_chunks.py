@@ -1,0 +1,84 @@
+"""One file's chunks, and the key that says when they can be taken from the cache instead.
+
+A file's chunks depend on its bytes, its path (URLs), its kind, the base URL, the budget, the
+model's tokenizer, and the importer's own code and parsers: `file_key` hashes all of them, the
+code and parser versions through `importer_fingerprint`, so changing any one makes the file new.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from host.importer.chunking import chunk_document
+from host.importer.embedding import GuardedEmbedder
+from host.importer.errors import Draft
+from host.importer.readers import read_source
+from host.importer.sources import SourceFile
+from host.importer.urls import page_url, with_fragment
+
+# Their versions are part of every file's cache key: a new parser may read a file differently.
+PARSER_DISTRIBUTIONS = ("markdown-it-py", "pyyaml", "selectolax", "feedparser", "pypdf")
+
+
+def file_key(source: SourceFile, data: bytes, base_url: str | None, chunk_tokens: int, model: str) -> bytes:
+    """Everything a file's chunks depend on, hashed: same key, same chunks (see `cache`)."""
+    digest = hashlib.sha256()
+    for part in (importer_fingerprint(), model, str(chunk_tokens), base_url or "", source.kind, source.relative,
+                 str(source.path.resolve()) if base_url is None else ""):
+        digest.update(part.encode("utf-8") + b"\0")
+    digest.update(hashlib.sha256(data).digest())
+    return digest.digest()
+
+
+@functools.cache
+def importer_fingerprint() -> str:
+    """This importer's code and its parsers' versions: any change makes every file's chunks new."""
+    digest = hashlib.sha256()
+    package = Path(__file__).parent
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    for distribution in PARSER_DISTRIBUTIONS:
+        try:
+            digest.update(f"{distribution}=={importlib.metadata.version(distribution)}".encode())
+        except importlib.metadata.PackageNotFoundError:
+            digest.update(f"{distribution} missing".encode())
+    return digest.hexdigest()
+
+
+@dataclass
+class FileChunks:
+    """What one file gave: its documents' count, whether it is a draft, and its bits' text, count, info."""
+
+    documents: int = 0
+    draft: bool = False
+    bits: list[tuple[str, int, dict[str, str]]] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps({"documents": self.documents, "draft": self.draft, "bits": self.bits}, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> FileChunks:
+        stored = json.loads(text)
+        return cls(stored["documents"], stored["draft"], [(text, count, info) for text, count, info in stored["bits"]])
+
+
+def chunk_file(source: SourceFile, data: bytes, embedder: GuardedEmbedder, base_url: str | None,
+                chunk_tokens: int) -> FileChunks:
+    try:
+        documents = read_source(source, data)
+    except Draft:
+        return FileChunks(draft=True)
+    chunks = FileChunks(documents=len(documents))
+    for document in documents:
+        url = page_url(source, base_url, document.own_url)
+        for chunk in chunk_document(document, chunk_tokens, embedder.count_tokens):
+            info = {"url": with_fragment(url, chunk.anchor), "title": chunk.title}
+            if document.description:
+                info["description"] = document.description
+            chunks.bits.append((chunk.text, chunk.token_count, info))
+    return chunks

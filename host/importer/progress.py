@@ -1,0 +1,47 @@
+"""The progress bar on stderr: files read, then chunks embedded with chunks/s (tqdm).
+
+Shown only on a terminal and without --quiet, so logs and pipes get the summary lines alone.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, TextIO
+
+from host.importer.errors import require
+
+
+class BarProgress:
+    def __init__(self, stream: TextIO = sys.stderr, refresh_seconds: float = 0.1) -> None:
+        self._tqdm = require("tqdm", "the progress bar").tqdm
+        self._stream = stream
+        self._refresh_seconds = refresh_seconds
+        self._bar: Any = None
+        self._files = 0
+
+    def _replace(self, **options: Any) -> None:
+        self.close()
+        self._bar = self._tqdm(file=self._stream, leave=False, dynamic_ncols=True, mininterval=self._refresh_seconds,
+                               **options)
+
+    def reading(self, files: int) -> None:
+        self._files = files
+        self._replace(total=files, unit=" files", desc="reading")
+
+    def file_read(self) -> None:
+        self._bar.update(1)
+
+    def embedding(self, chunks: int) -> None:
+        self._replace(total=chunks, unit=" chunks", desc=f"embedding ({self._files} files)", smoothing=0.1)
+
+    def chunks_embedded(self, count: int) -> None:
+        self._bar.update(count)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def wants_bar(quiet: bool, stream: TextIO = sys.stderr) -> bool:
+    return not quiet and stream.isatty()

@@ -1,0 +1,269 @@
+"""`POST /api/v1/retrieval`: RAGFlow's retrieval API over the one query core (SPEC §10).
+
+    {"question": "...", "dataset_ids": [...], "document_ids": [...], "page": 1, "page_size": 30,
+     "similarity_threshold": 0.2, "vector_similarity_weight": 0.3, "top_k": 1024,
+     "highlight": false, "metadata_condition": {...}, "keyword": false, "rerank_id": null, ...}
+    -> {"code": 0, "data": {"chunks": [...], "doc_aggs": [{"doc_name", "doc_id", "count"}], "total": N}}
+
+The question is embedded with the datasets' model, then `host.query.run_hybrid_query` ranks the
+visible bits of the named datasets (narrowed by `document_ids`, else by `metadata_condition`, both
+through the constraint engine) by `w·vector + (1-w)·term`, keeps the best `top_k`, then those
+at or above the threshold (no threshold when w is 0, as RAGFlow). `total` and `doc_aggs` count
+that kept list; `page` and `page_size` cut the chunks out of it. RAGFlow's checks keep its order
+and messages (code 102); other bad arguments are code 101 naming the field. Options that need
+models this host does not have (`rerank_id`, `cross_languages`, `use_kg`, `toc_enhance`) are
+refused when set; `keyword` (an LLM's extra keywords) is accepted and changes nothing, since
+every word of the question already counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+from host.constraints import And, Compare, ConstraintError, Everything, Node, Or, parse_metadata_condition
+from host.constraints.words import fold, words
+from host.embedders.errors import EmbedderError
+from host.hybrid import HybridQuery, HybridSelection
+from host.library_format import parse_json
+from host.query import run_hybrid_query
+from host.web.caller import request_caller
+from host.web.dialects.ragflow.envelope import ARGUMENT_ERROR, DATA_ERROR, RAGFlowError, ragflow_endpoint, success
+from host.web.dialects.ragflow.highlight import highlight
+from host.web.dialects.ragflow.view import INFO_KEYS, Dataset, visible_datasets
+from host.web.query_args import MAX_QUERY_CHARACTERS
+from host.web.responses import cache_headers
+from host.web.state import host_state
+
+MAX_PAGE_SIZE = 100  # RAGFlow's own limit
+MAX_DOCUMENT_IDS = 256
+UNSUPPORTED = {"rerank_id": "this host has no rerank model", "cross_languages": "this host translates nothing",
+               "use_kg": "this host has no knowledge graph", "toc_enhance": "this host keeps no table of contents"}
+
+
+@dataclass(frozen=True)
+class Options:
+    """Everything in a retrieval request besides the datasets and the question."""
+
+    page: int = 1
+    page_size: int = 30
+    similarity_threshold: float = 0.2
+    vector_similarity_weight: float = 0.3
+    top_k: int = 1024
+    highlight: bool = False
+    document_ids: tuple[str, ...] = ()
+    metadata_condition: Node | None = None
+    metadata_fields: tuple[str, ...] | None = None  # with include_metadata: these info fields per chunk
+
+
+@ragflow_endpoint
+async def retrieval(request: Request) -> Response:
+    state = host_state(request)
+    caller = request_caller(request)
+    body = request_body(await request.body())
+    catalog = state.catalog
+    chosen = chosen_datasets(body, {dataset.id: dataset for dataset in visible_datasets(catalog, caller.access_tags)})
+    if "question" not in body:
+        raise RAGFlowError(DATA_ERROR, "`question` is required.")
+    question = body["question"] if body["question"] is not None else ""
+    if not isinstance(question, str):
+        raise RAGFlowError(ARGUMENT_ERROR, f"`question` must be a string, got {type(question).__name__}")
+    if len(question) > MAX_QUERY_CHARACTERS:
+        raise RAGFlowError(ARGUMENT_ERROR, f"`question` is {len(question):,} characters long; "
+                                           f"at most {MAX_QUERY_CHARACTERS:,} are read")
+    options = parse_options(body)
+    headers = cache_headers(caller.token)
+    if not question.strip():
+        return success({"chunks": [], "doc_aggs": [], "total": 0}, headers)
+    narrowing = document_constraint(chosen, options.document_ids) if options.document_ids \
+        else options.metadata_condition
+    index = chosen[0].index
+    vector = await state.embedders.embed_query(index.model, question)
+    if vector.shape != (index.dimension,):
+        raise EmbedderError(f"the embedder of {index.model} gave {vector.shape[-1]} dimensions; "
+                            f"its libraries have {index.dimension}")
+    weight = options.vector_similarity_weight
+    query = HybridQuery(vector, question, weight, options.top_k,
+                        # RAGFlow: with no weight on the vectors, the threshold does not apply.
+                        similarity_threshold=options.similarity_threshold if weight > 0 else None,
+                        constraint=narrowing, libraries=frozenset(dataset.library.name for dataset in chosen))
+    selection = await run_in_threadpool(run_hybrid_query, index, query, caller.grant)
+    data = await run_in_threadpool(render, selection, chosen, question, options)
+    state.metrics.count("polymath_queries_total", format="ragflow")
+    return success(data, headers)
+
+
+def request_body(raw: bytes) -> dict[str, Any]:
+    """The JSON body whatever its content type, `{}` when it is none (as RAGFlow reads it)."""
+    try:
+        body = parse_json(raw) if raw.strip() else {}
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def chosen_datasets(body: Mapping[str, Any], visible: Mapping[str, Dataset]) -> list[Dataset]:
+    """The datasets named, in RAGFlow's order of checks and words. One the caller may not see is
+    refused exactly as one that does not exist."""
+    if not body.get("dataset_ids"):
+        raise RAGFlowError(DATA_ERROR, "`dataset_ids` is required.")
+    named = body["dataset_ids"]
+    if not isinstance(named, list):
+        raise RAGFlowError(DATA_ERROR, "`dataset_ids` should be a list")
+    chosen = []
+    for dataset_id in dict.fromkeys(str(item) for item in named):
+        if dataset_id not in visible:
+            raise RAGFlowError(DATA_ERROR, f"You don't own the dataset {dataset_id:.80}.")
+        chosen.append(visible[dataset_id])
+    if len({dataset.index.model for dataset in chosen}) > 1:
+        raise RAGFlowError(DATA_ERROR, "Datasets use different embedding models.")
+    return chosen
+
+
+def parse_options(body: Mapping[str, Any]) -> Options:
+    for name, reason in UNSUPPORTED.items():
+        if body.get(name) not in (None, False, "", [], "false", "False"):
+            raise RAGFlowError(ARGUMENT_ERROR, f"`{name}` is not supported: {reason}")
+    if _flag(body, "keyword") is None:
+        raise RAGFlowError(ARGUMENT_ERROR, "`keyword` should be a boolean")
+    flag = _flag(body, "highlight")
+    if flag is None:
+        raise RAGFlowError(DATA_ERROR, "`highlight` should be a boolean")
+    top_k = _integer(body, "top_k", 1024)
+    if top_k <= 0:
+        raise RAGFlowError(DATA_ERROR, "`top_k` must be greater than 0")
+    page, page_size = _integer(body, "page", 1), _integer(body, "page_size", 30)
+    if page < 1 or not 1 <= page_size <= MAX_PAGE_SIZE:
+        raise RAGFlowError(ARGUMENT_ERROR, f"`page` must be at least 1 and `page_size` from 1 to {MAX_PAGE_SIZE}, "
+                                           f"got {page} and {page_size}")
+    weight = _number(body, "vector_similarity_weight", 0.3)
+    if not 0 <= weight <= 1:
+        raise RAGFlowError(ARGUMENT_ERROR, f"`vector_similarity_weight` must be from 0 to 1, got {weight:g}")
+    documents = body.get("document_ids") or []
+    if not isinstance(documents, list):
+        raise RAGFlowError(DATA_ERROR, "`documents` should be a list")
+    if len(documents) > MAX_DOCUMENT_IDS:
+        raise RAGFlowError(ARGUMENT_ERROR, f"`document_ids` holds {len(documents)} ids; at most {MAX_DOCUMENT_IDS}")
+    try:
+        parsed = parse_metadata_condition(body.get("metadata_condition"))
+    except ConstraintError as problem:
+        raise RAGFlowError(ARGUMENT_ERROR, str(problem)) from None
+    condition = None if isinstance(parsed, Everything) else parsed
+    return Options(page, page_size, _number(body, "similarity_threshold", 0.2), weight, top_k, flag,
+                   tuple(str(item) for item in documents), condition, _metadata_fields(body))
+
+
+def _flag(body: Mapping[str, Any], name: str) -> bool | None:
+    """A boolean as RAGFlow reads it (true, false, "true", "false"; absent or null is false); None if not one."""
+    value = body.get(name)
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return None
+
+
+def _integer(body: Mapping[str, Any], name: str, default: int) -> int:
+    value = body.get(name)
+    if value is None or value == "":
+        return default
+    if not isinstance(value, bool) and isinstance(value, int | str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    raise RAGFlowError(ARGUMENT_ERROR, f"`{name}` must be an integer, got {value!r:.40}")
+
+
+def _number(body: Mapping[str, Any], name: str, default: float) -> float:
+    value = body.get(name)
+    if value is None or value == "":
+        return default
+    if not isinstance(value, bool) and isinstance(value, int | float | str):
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if math.isfinite(number):
+            return number
+    raise RAGFlowError(ARGUMENT_ERROR, f"`{name}` must be a finite number, got {value!r:.40}")
+
+
+def _metadata_fields(body: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """RAGFlow 0.27's `include_metadata` / `metadata_fields`: which info fields each chunk carries."""
+    if not _flag(body, "include_metadata"):
+        return None
+    fields = body.get("metadata_fields")
+    if fields is None:
+        return INFO_KEYS
+    if not isinstance(fields, list) or not all(field in INFO_KEYS for field in fields):
+        raise RAGFlowError(ARGUMENT_ERROR, f"`metadata_fields` must be a list of {', '.join(INFO_KEYS)}")
+    return tuple(fields)
+
+
+def document_constraint(chosen: list[Dataset], document_ids: tuple[str, ...]) -> Node:
+    """The named documents as a constraint (library = its library AND url = its folded URL)."""
+    by_id = {document: (dataset, value) for dataset in chosen for document, value in dataset.document_values().items()}
+    clauses: list[Node] = []
+    for document in dict.fromkeys(document_ids):
+        if document not in by_id:
+            raise RAGFlowError(DATA_ERROR, f"The datasets don't own the document {document:.80}")
+        dataset, value = by_id[document]
+        clauses.append(And((Compare("library", "=", fold(dataset.library.name)),
+                            Compare("url", "=", dataset.folded_url(value)))))
+    return clauses[0] if len(clauses) == 1 else Or(tuple(clauses))
+
+
+def render(selection: HybridSelection, chosen: list[Dataset], question: str, options: Options) -> dict[str, Any]:
+    """The kept rows as RAGFlow's data: this page's chunks, and doc_aggs and total over all of them."""
+    index = chosen[0].index
+    by_library = {dataset.library.name: dataset for dataset in chosen}
+    owners = np.searchsorted(index.offsets, selection.rows, side="right") - 1
+    locals_ = selection.rows - index.offsets[owners]
+    datasets = [by_library[index.libraries[owner].name] for owner in owners.tolist()]
+    values = [dataset.value_of_row(row) for dataset, row in zip(datasets, locals_.tolist())]
+    question_words = frozenset(words(question))
+    start = (options.page - 1) * options.page_size
+    chunks = []
+    for position in range(start, min(start + options.page_size, len(selection.rows))):
+        dataset, row = datasets[position], int(locals_[position])
+        record = dataset.library.record(row)
+        raw_info = record.get("info")
+        info: dict[str, Any] = raw_info if isinstance(raw_info, dict) else {}
+        url = str(info.get("url", ""))
+        chunk: dict[str, Any] = {
+            "id": dataset.library.bit_id(row), "content": record.get("text", ""),
+            "document_id": dataset.document_id(values[position]), "document_keyword": url, "document_name": url,
+            "dataset_id": dataset.id, "image_id": "", "important_keywords": [], "questions": [], "tag_kwd": [],
+            "positions": [], "doc_type_kwd": "",
+            "similarity": float(selection.similarity[position]),
+            "vector_similarity": float(selection.vector_similarity[position]),
+            "term_similarity": float(selection.term_similarity[position]),
+        }
+        if options.highlight:
+            chunk["highlight"] = highlight(chunk["content"], question_words)
+        if options.metadata_fields is not None:
+            chunk["document_metadata"] = {key: info[key] for key in options.metadata_fields
+                                          if isinstance(info.get(key), str)}
+        chunks.append(chunk)
+    return {"chunks": chunks, "doc_aggs": document_counts(datasets, values, locals_), "total": len(selection.rows)}
+
+
+def document_counts(datasets: list[Dataset], values: list[int], rows: np.ndarray) -> list[dict[str, Any]]:
+    """RAGFlow's doc_aggs: the kept chunks per document, most first (ties: the best-ranked first)."""
+    counts: dict[tuple[str, int], list[int]] = {}  # (library, url value) -> [count, position of its best chunk]
+    for position, (dataset, value) in enumerate(zip(datasets, values)):
+        counts.setdefault((dataset.library.name, value), [0, position])[0] += 1
+    aggregates = []
+    for (_, value), (count, first) in sorted(counts.items(), key=lambda item: -item[1][0]):
+        dataset = datasets[first]
+        aggregates.append({"doc_name": dataset.info(int(rows[first])).get("url", ""),
+                           "doc_id": dataset.document_id(value), "count": count})
+    return aggregates

@@ -1,0 +1,351 @@
+"""The page's data for one caller: plain dataclasses built from the query core, nothing rendered.
+
+The templates render a `PageData`; `GET /` with `Accept: application/json` sends it as JSON (the
+same contract). Everything comes from `host.query.run_query` (ranked sections), from
+`sampling.sample_rows` (random ones) and `host.results.result_bit` (each bit), for the caller's
+grant only:
+
+- a bit, a library, a model or a count the grant may not see is never in it; what a caller
+  without tags gets is exactly what a host without private libraries gives (same seed);
+- `access_tag` is set only on a bit the caller's grant holds the tag of;
+- `href` is set only for `http:` and `https:` URLs: a `javascript:` or `data:` URL in a
+  library file is shown, never linked;
+- nothing falls back silently: every substitution comes with a notice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+from urllib.parse import quote, urlsplit
+
+import numpy as np
+
+from access import Grant
+from host.catalog import Catalog
+from host.index import ModelIndex
+from host.query import Query, SearchPolicy, narrowing_mask, run_query
+from host.results import result_bit
+from host.store import CompiledLibrary
+from host.web.page.maps import LibraryMap, Projection, ProjectionCache, library_map, project_library
+from host.web.page.request import MAX_BITS, Budget, Notice, PageRequest, page_href
+from host.web.page.sampling import sample_rows
+
+SITE_NAME = "Polymath library host"
+MAX_DESCRIPTION_CHARACTERS = 1000
+NO_TEXT_SEARCH = ("Text search is not available here: no embedder serves this host's libraries. "
+                  "Start from a random bit and follow “More like this”.")
+
+
+@dataclass(frozen=True)
+class BitView:
+    id: str
+    anchor: str  # the element id of this bit on the page (paging links jump to it)
+    title: str
+    href: str | None  # the bit's URL when it is http(s), else None: shown, not linked
+    url: str
+    description: str | None
+    text: str
+    similarity: float | None  # None in a random sample: nothing was asked
+    token_count: int
+    cut_from: int | None  # the bit's own token count when its text was cut to fit the budget
+    library: str
+    access_tag: str | None  # only on a bit whose tag the caller's grant holds
+    like_href: str
+
+
+@dataclass(frozen=True)
+class Section:
+    heading: str
+    model: str
+    kind: Literal["ranked", "sample"]
+    bits: tuple[BitView, ...]
+    more_href: str | None = None  # ranked: the same question with twice the budget
+    another_href: str | None = None  # sample: a fresh sample
+    permalink_href: str | None = None  # sample: this very sample again (its seed)
+
+
+@dataclass(frozen=True)
+class LibraryView:
+    name: str
+    page_href: str
+    file_href: str  # /libraries/<name>.json, percent-encoded
+    map_href: str  # /libraries/<name>/map.svg, percent-encoded
+    bit_count: int  # that this caller may see
+    private_bit_count: int  # of those, the ones their token shows
+    embedding_model: str
+    description: str | None  # the library file's details.message
+    searchable: bool  # an embedder serves its model
+
+
+@dataclass(frozen=True)
+class CallerView:
+    subject: str
+    access_tags: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PageData:
+    title: str
+    query: str
+    like: str | None
+    library: str | None  # the library page's library, when one is asked for and visible
+    budget: Budget
+    search_available: bool
+    search_note: str | None
+    caller: CallerView | None
+    notices: tuple[Notice, ...]
+    libraries: tuple[LibraryView, ...]
+    sections: tuple[Section, ...]
+    map: LibraryMap | None = None
+
+
+@dataclass(frozen=True)
+class PageInputs:
+    """Everything `build_page` needs; the text query's vectors are embedded beforehand (async)."""
+
+    catalog: Catalog
+    request: PageRequest
+    grant: Grant
+    policy: SearchPolicy
+    seed: int  # the random sample's: the request's, or a fresh one
+    searchable: frozenset[str] = frozenset()  # models an embedder serves
+    vectors: Mapping[str, np.ndarray] = field(default_factory=dict)  # the query text's, by model
+    failures: Mapping[str, str] = field(default_factory=dict)  # why embedding the query failed, by model
+    notices: tuple[Notice, ...] = ()  # from the edge: a refused or unknown token
+    token_presented: bool = False
+    projections: ProjectionCache | None = None
+
+
+def visible_models(catalog: Catalog, grant: Grant) -> list[ModelIndex]:
+    return [index for index in catalog.models.values() if index.visible_count(grant.access_tags)]
+
+
+def visible_library(catalog: Catalog, name: str | None, grant: Grant) -> CompiledLibrary | None:
+    library = catalog.library(name) if name else None
+    return library if library is not None and library.visible_bit_count(grant.access_tags) else None
+
+
+def models_to_search(catalog: Catalog, request: PageRequest, grant: Grant) -> list[str]:
+    """The models a text query is embedded for: those answering on this page."""
+    return [index.model for index in _scope(catalog, request, grant)] if request.query else []
+
+
+def _scope(catalog: Catalog, request: PageRequest, grant: Grant) -> list[ModelIndex]:
+    library = visible_library(catalog, request.library, grant)
+    models = visible_models(catalog, grant)
+    return [index for index in models if library is None or index.model == library.embedding_model]
+
+
+def web_link(url: str) -> str | None:
+    """`url` when a browser may follow it from the page: http(s) with a host, nothing hidden in it."""
+    if any(ord(character) <= 0x20 or ord(character) == 0x7F for character in url):
+        return None  # browsers drop tabs and newlines from URLs: "java\tscript:" is javascript:
+    parts = urlsplit(url)
+    return url if parts.scheme.lower() in ("http", "https") and parts.netloc else None
+
+
+def library_file_href(name: str) -> str:
+    return f"/libraries/{quote(name)}.json"
+
+
+def library_map_href(name: str) -> str:
+    return f"/libraries/{quote(name)}/map.svg"
+
+
+def build_page(inputs: PageInputs) -> PageData:
+    catalog, request, grant = inputs.catalog, inputs.request, inputs.grant
+    notices = list(inputs.notices) + list(request.notices)
+    library = visible_library(catalog, request.library, grant)
+    if request.library and library is None:
+        notices.append(Notice("warning", f"There is no library named “{request.library[:100]}” here. "
+                                         "These are the libraries of the whole host."))
+    models = visible_models(catalog, grant)
+    searchable = [index.model for index in models if index.model in inputs.searchable]
+    builder = _SectionBuilder(inputs, library, notices)
+    sections = builder.sections(_scope(catalog, request, grant))
+    if grant.subject is not None:
+        tags = ", ".join(sorted(grant.access_tags)) or "none"
+        notices.append(Notice("info", f"Your token ({grant.subject[:100]}) shows private bits tagged: {tags}. "
+                                      "They are marked with their tag."))
+    elif inputs.token_presented and not any(notice.level == "error" for notice in notices):
+        notices.append(Notice("warning", "This host does not know your token: the page shows what anyone may see."))
+    title = f"{request.query[:80]} · {SITE_NAME}" if request.query else (
+        f"{library.name} · {SITE_NAME}" if library is not None else SITE_NAME)
+    return PageData(
+        title=title,
+        query=request.query,
+        like=request.like,
+        library=library.name if library is not None else None,
+        budget=request.budget,
+        search_available=bool(searchable),
+        search_note=None if searchable else NO_TEXT_SEARCH,
+        caller=CallerView(grant.subject, tuple(sorted(grant.access_tags))) if grant.subject is not None else None,
+        notices=tuple(notices),
+        libraries=tuple(_library_view(item, grant, inputs.searchable) for item in catalog.libraries
+                        if item.visible_bit_count(grant.access_tags)),
+        sections=tuple(sections),
+        map=build_library_map(catalog, library, grant, request, inputs.projections) if library is not None else None,
+    )
+
+
+def _library_view(library: CompiledLibrary, grant: Grant, searchable: frozenset[str]) -> LibraryView:
+    visible = library.visible_bit_count(grant.access_tags)
+    message = library.details.get("message")
+    description = " ".join(message.split()) if isinstance(message, str) and message.strip() else None
+    if description is not None and len(description) > MAX_DESCRIPTION_CHARACTERS:
+        description = description[:MAX_DESCRIPTION_CHARACTERS] + "…"
+    return LibraryView(
+        name=library.name,
+        page_href=page_href(library=library.name),
+        file_href=library_file_href(library.name),
+        map_href=library_map_href(library.name),
+        bit_count=visible,
+        private_bit_count=visible - library.visible_bit_count(frozenset()),
+        embedding_model=library.embedding_model,
+        description=description,
+        searchable=library.embedding_model in searchable,
+    )
+
+
+class _SectionBuilder:
+    """One section per model answering on this page: ranked by the query or a liked bit, or a sample."""
+
+    def __init__(self, inputs: PageInputs, library: CompiledLibrary | None, notices: list[Notice]) -> None:
+        self.inputs = inputs
+        self.request = inputs.request
+        self.library = library
+        self.notices = notices
+        self.rng = np.random.default_rng(inputs.seed)
+        self.only = frozenset({library.name}) if library is not None else None
+
+    def sections(self, models: list[ModelIndex]) -> list[Section]:
+        request = self.request
+        if request.like:
+            liked = [(index, row) for index in models if (row := self._visible_row(index, request.like)) is not None]
+            if liked:
+                return [self._more_like(index, row, position) for position, (index, row) in enumerate(liked)]
+            self.notices.append(Notice("warning", f"No bit you may see has the id {request.like[:16]}…: it may have "
+                                                  "been changed or removed. Here is a random sample instead."))
+        sections = []
+        for position, index in enumerate(models):
+            if request.query and index.model in self.inputs.vectors:
+                sections.append(self._ranked(index, self.inputs.vectors[index.model], "Search results", position))
+                continue
+            if request.query and index.model in self.inputs.failures:
+                self.notices.append(Notice("error", f"Searching {index.model} failed: "
+                                                    f"{self.inputs.failures[index.model]}. "
+                                                    "Here is a random sample of it instead."))
+            elif request.query:
+                self.notices.append(Notice("warning", f"Text search does not reach {index.model}: no embedder serves "
+                                                      "it here. Here is a random sample of it instead."))
+            sections.append(self._sample(index, position))
+        return sections
+
+    def _visible_row(self, index: ModelIndex, bit_id: str) -> int | None:
+        mask = index.visible_rows(self.inputs.grant.access_tags)
+        matches = index.ids == bytes.fromhex(bit_id)
+        rows = np.flatnonzero(matches if mask is None else matches & mask)
+        return int(rows[0]) if len(rows) else None
+
+    def _more_like(self, index: ModelIndex, row: int, position: int) -> Section:
+        library, local = index.locate(row)
+        title = _title(library.record(local)["info"])
+        vector = np.asarray(index.gather(np.array([row]))[0], dtype=np.float32)
+        return self._ranked(index, vector, f"More like “{title[:120]}”", position)
+
+    def _ranked(self, index: ModelIndex, vector: np.ndarray, heading: str, position: int) -> Section:
+        budget = self.request.budget
+        query = Query(vector, budget.count, budget.count_type, libraries=self.only)
+        selection = run_query(index, query, self.inputs.grant, self.inputs.policy)
+        rows, scores = selection.rows, selection.scores
+        if len(rows) > MAX_BITS:
+            self.notices.append(Notice("info", f"The page shows the first {MAX_BITS} of the {len(rows):,} bits "
+                                               "that fit this budget."))
+            rows, scores = rows[:MAX_BITS], scores[:MAX_BITS]
+        bits = self._bit_views(index, rows, scores.tolist(), selection.first_bit_cut_to, position)
+        more = None
+        if len(rows) < self._visible_count(index) and not budget.at_cap:
+            more = page_href(self.request, budget=budget.doubled()) + f"#{_anchor(position, len(rows))}"
+        return Section(heading, index.model, "ranked", bits, more_href=more)
+
+    def _sample(self, index: ModelIndex, position: int) -> Section:
+        budget = self.request.budget
+        rows, cut_to = sample_rows(index, self._visible_mask(index), budget.count, budget.count_type, MAX_BITS,
+                                   self.rng)
+        bits = self._bit_views(index, rows, [None] * len(rows), cut_to, position)
+        fresh = page_href(self.request, query="", like=None, seed=None)
+        return Section("A random sample", index.model, "sample", bits, another_href=fresh,
+                       permalink_href=page_href(self.request, query="", like=None, seed=self.inputs.seed))
+
+    def _visible_mask(self, index: ModelIndex) -> np.ndarray | None:
+        visible = index.visible_rows(self.inputs.grant.access_tags)
+        only = narrowing_mask(index, Query(np.zeros(0, np.float32), 1, "bit", libraries=self.only))
+        if only is None:
+            return visible
+        return only if visible is None else visible & only
+
+    def _visible_count(self, index: ModelIndex) -> int:
+        mask = self._visible_mask(index)
+        return index.bit_count if mask is None else int(np.count_nonzero(mask))
+
+    def _bit_views(self, index: ModelIndex, rows: np.ndarray, scores: list[float | None], cut_to: int | None,
+                   section: int) -> tuple[BitView, ...]:
+        views = []
+        for place, (row, score) in enumerate(zip(rows.tolist(), scores)):
+            library, local = index.locate(row)
+            cut = cut_to if place == 0 else None
+            bit = result_bit(library, local, similarity=score, cut_to_tokens=cut)
+            tag = index.tags[int(index.tag_ids[row])] or None
+            views.append(self._bit_view(bit, library.name, tag, int(library.token_counts[local]) if cut else None,
+                                        _anchor(section, place)))
+        return tuple(views)
+
+    def _bit_view(self, bit: dict[str, Any], library: str, tag: str | None, cut_from: int | None,
+                  anchor: str) -> BitView:
+        info = bit["info"]
+        description = info.get("description")
+        return BitView(
+            id=bit["id"],
+            anchor=anchor,
+            title=_title(info),
+            href=web_link(info["url"]),
+            url=info["url"],
+            description=description if isinstance(description, str) and description.strip() else None,
+            text=bit["text"],
+            similarity=float(bit["similarity"]) if bit.get("similarity") is not None else None,
+            token_count=bit["token_count"],
+            cut_from=cut_from,
+            library=library,
+            access_tag=tag,
+            like_href=page_href(self.request, query="", like=bit["id"], seed=None),
+        )
+
+
+def build_library_map(catalog: Catalog, library: CompiledLibrary, grant: Grant, request: PageRequest,
+                      projections: ProjectionCache | None = None) -> LibraryMap:
+    """The map of the bits of `library` that `grant` may see; its points link to "more like this"
+    within the library, keeping `request`'s budget."""
+    index = catalog.models[library.embedding_model]
+    position = next(place for place, item in enumerate(index.libraries) if item.name == library.name)
+    visible = index.visible_rows(grant.access_tags)
+    tags = frozenset(tag for tag in grant.access_tags if tag in index.tags)
+
+    def make() -> Projection:
+        return project_library(index, position, visible)
+
+    key = (catalog.generation, library.name, tags)
+    projection = projections.get_or_make(key, make) if projections is not None else make()
+    base = replace(request, query="", seed=None, library=library.name)
+    return library_map(projection, library.name, library_map_href(library.name),
+                       lambda bit_id: page_href(base, like=bit_id))
+
+
+def _anchor(section: int, place: int) -> str:
+    return f"bit-{section + 1}-{place + 1}"
+
+
+def _title(info: dict[str, Any]) -> str:
+    title = info.get("title")
+    return title if isinstance(title, str) and title.strip() else str(info["url"])

@@ -1,0 +1,106 @@
+"""Private bits never change what a dialect tells an anonymous caller (SPEC §3, §10), byte for byte.
+
+Hypothesis builds a library of public bits, then the same library with private bits mixed in
+(tagged inside the file, at any position, sharing URLs and words with public bits) and a private
+library beside it. Every anonymous answer of RAGFlow's API (datasets, documents, retrieval with
+its scores, totals, doc_aggs and highlights) and of the MCP tools must be the same bytes from both
+hosts: term statistics, document counts and every total come from visible bits only.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from librarian import b64, write_library
+from starlette.testclient import TestClient
+from word_embedder import WordEmbedder
+
+from host.embedders.service import Embedders
+from host.settings import Settings
+from host.web.app import create_app
+from host.web.dialects.ragflow.view import dataset_id
+
+EMBED = WordEmbedder()
+VOCABULARY = ["jonah", "fish", "ark", "noah", "lion", "den", "daniel", "sea", "storm", "prophet", "Fish", "LORD"]
+RPC_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+phrases = st.lists(st.sampled_from(VOCABULARY), min_size=1, max_size=8).map(" ".join)
+bits = st.fixed_dictionaries({"text": phrases, "url": st.integers(0, 3), "title": phrases})
+questions = st.lists(st.sampled_from([*VOCABULARY, "absent"]), min_size=1, max_size=4).map(" ".join)
+
+
+def as_bit(drawn: dict[str, Any], tag: str | None = None) -> dict[str, Any]:
+    bit = {"text": drawn["text"], "embedding": b64(EMBED.embed([drawn["text"]])[0]),
+           "token_count": len(drawn["text"].split()),
+           "info": {"url": f"https://example.com/{drawn['url']}", "title": drawn["title"]}}
+    return {**bit, "access_tag": tag} if tag else bit
+
+
+def library(bits: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"version": 1, "embedding_model": EMBED.model, "bits": bits}
+
+
+def answers(folder: Path, question: str, options: dict[str, Any]) -> dict[str, bytes]:
+    """Everything an anonymous caller can ask the two dialects, as bytes."""
+    app = create_app(Settings(libraries=folder, watch_interval=0), embedders=Embedders([EMBED]))
+    public, private = dataset_id("public"), dataset_id("access/unpublished/secret")
+    seen = {}
+    with TestClient(app) as client:
+        seen["datasets"] = client.get("/api/v1/datasets").content
+        seen["documents"] = client.get(f"/api/v1/datasets/{public}/documents").content
+        seen["private documents"] = client.get(f"/api/v1/datasets/{private}/documents").content
+        for name, dataset in (("retrieval", public), ("private retrieval", private)):
+            seen[name] = client.post("/api/v1/retrieval", json={
+                "dataset_ids": [dataset], "question": question, **options}).content
+        for tool, arguments in (("search", {"query": question, "count": options["top_k"] * 3, "count_type": "token"}),
+                                ("libraries", {})):
+            call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
+            seen[tool] = client.post("/mcp", content=json.dumps(call), headers=RPC_HEADERS).content
+    return seen
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    public=st.lists(bits, min_size=1, max_size=6),
+    private=st.lists(st.tuples(bits, st.booleans()), min_size=1, max_size=6),
+    question=questions,
+    options=st.fixed_dictionaries({
+        "vector_similarity_weight": st.sampled_from([0.0, 0.3, 1.0]),
+        "similarity_threshold": st.sampled_from([-1.0, 0.0, 0.2]),
+        "top_k": st.integers(1, 12),
+        "page_size": st.integers(1, 5),
+        "highlight": st.booleans(),
+    }),
+    data=st.data(),
+)
+def test_private_bits_never_change_an_anonymous_dialect_answer(
+    public: list[dict[str, Any]], private: list[tuple[dict[str, Any], bool]], question: str,
+    options: dict[str, Any], data: st.DataObject,
+) -> None:
+    inline = [as_bit(drawn, "unpublished") for drawn, in_file in private if in_file]
+    elsewhere = [as_bit(drawn) for drawn, in_file in private if not in_file]
+    slots = data.draw(st.permutations([True] * len(public) + [False] * len(inline)), label="where private bits sit")
+    public_bits, inline_bits = [as_bit(drawn) for drawn in public], list(inline)
+    mixed = [public_bits.pop(0) if is_public else inline_bits.pop(0) for is_public in slots]
+    if data.draw(st.booleans(), label="a metadata condition"):
+        options = {**options, "metadata_condition": {"conditions": [
+            {"name": "title", "comparison_operator": "contains", "value": data.draw(st.sampled_from(VOCABULARY))}]}}
+
+    with tempfile.TemporaryDirectory() as scratch:
+        alone, among = Path(scratch) / "alone", Path(scratch) / "among"
+        write_library(alone / "public.json", library([as_bit(drawn) for drawn in public]))
+        write_library(among / "public.json", library(mixed))
+        if elsewhere:
+            write_library(among / "access" / "unpublished" / "secret.json", library(elsewhere))
+
+        expected, got = answers(alone, question, options), answers(among, question, options)
+
+    for name in expected:
+        assert got[name] == expected[name], name
+    assert json.loads(expected["retrieval"])["code"] == 0
+    assert json.loads(expected["private retrieval"])["code"] == 102  # not there, and not revealed
