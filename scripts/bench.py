@@ -32,6 +32,7 @@ from benchmarks import (
     approximate,
     coldstart,
     compiling,
+    concurrency,
     constraints,
     encoding,
     fixtures,
@@ -39,6 +40,7 @@ from benchmarks import (
     importing,
     latency,
     memory,
+    peers,
     text_queries,
 )
 from benchmarks.config import Config, build_parser, configure, label
@@ -56,6 +58,8 @@ STEPS: list[Step] = [
     coldstart.STEP,
     memory.STEP,
     http_load.STEP,
+    concurrency.STEP,
+    peers.STEP,
     text_queries.STEP,
     importing.STEP,
     constraints.STEP,

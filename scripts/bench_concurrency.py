@@ -51,9 +51,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench import COUNT, SIZES, ensure_library, free_port, label, near_queries, open_index, say, table  # noqa: E402
+from benchmarks.config import COUNT, SIZES, label  # noqa: E402
+from benchmarks.libraries import ensure_library, near_queries, open_index  # noqa: E402
+from benchmarks.report import say, table  # noqa: E402
 
 from host.engine import rank  # noqa: E402
+from host.harness import free_port  # noqa: E402
 from host.query import SearchPolicy  # noqa: E402
 
 CONNECTIONS = (1, 4, 16, 64)
@@ -165,15 +168,28 @@ class Server:
         self.stop()
 
 
+def scan_counts(port: int) -> tuple[float, float]:
+    """The server's scan steps and the queries they scored so far (its /metrics)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("GET", "/metrics")
+        text = connection.getresponse().read().decode()
+    finally:
+        connection.close()
+    values = dict(line.split() for line in text.splitlines() if line.startswith("polymath_scan"))
+    return float(values.get("polymath_scan_steps_total", 0)), float(values.get("polymath_scan_step_queries_total", 0))
+
+
 def run_wrk(workdir: Path, server: Server, bodies: Path, connections: int, seconds: float) -> dict[str, Any]:
     script = workdir / "bodies.lua"
     script.write_text(WRK_SCRIPT)
     threads = min(connections, 2)
     command = ["wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "60s",
                "-s", str(script), f"http://127.0.0.1:{server.port}/", "--", str(bodies)]
-    cpu_before = server.cpu_seconds()
+    cpu_before, scans_before = server.cpu_seconds(), scan_counts(server.port)
     finished = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 180, check=False)
     cpu = server.cpu_seconds() - cpu_before
+    scans, scanned = (after - before for after, before in zip(scan_counts(server.port), scans_before))
     line = next((line for line in finished.stdout.splitlines() if line.startswith("WRK_RESULT ")), None)
     if line is None:
         raise RuntimeError(f"wrk printed no result: {finished.stdout[-1000:]} {finished.stderr[-1000:]}")
@@ -185,6 +201,7 @@ def run_wrk(workdir: Path, server: Server, bodies: Path, connections: int, secon
             "requests_per_second": raw["requests"] / (raw["duration_us"] / 1e6),
             "errors": raw["status_errors"] + raw["socket_errors"] + raw["timeouts"],
             "server_cpu_seconds": cpu, "cpu_per_request": cpu_per_request,
+            "queries_per_step": scanned / scans if scans else None,
             "ceiling": (os.cpu_count() or 1) / cpu_per_request, "load": os.getloadavg()[0]}
 
 
@@ -277,11 +294,12 @@ def report(results: dict[str, Any]) -> str:
                              ms(run["p99"]), run["errors"], ms(run["cpu_per_request"]),
                              f"{run['ceiling']:,.0f}", f"{run['requests_per_second'] / run['ceiling']:.0%}",
                              f"{run['requests_per_second'] / single['requests_per_second']:.2f}x",
+                             "-" if run.get("queries_per_step") is None else f"{run['queries_per_step']:.1f}",
                              f"{run['load']:.1f}"])
         parts.append(table(
             f"{size}: wrk against serve (--workers {measured['workers']}), distinct queries, answer cache off",
             ["search", "connections", "req/s", "p50 ms", "p99 ms", "errors", "CPU ms/req", "ceiling req/s",
-             "of ceiling", "x 1 connection", "load"], rows,
+             "of ceiling", "x 1 connection", "queries per step", "load"], rows,
             f"ceiling = {measured['cores']} cores / the server's CPU per request in that run. "
             "x 1 connection: requests/s over the same mode's 1-connection run (one query at a time)."))
         notes = []

@@ -52,7 +52,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench import SIZES, ensure_library, label, near_queries, open_index, say, table, warm  # noqa: E402
+from benchmarks.config import SIZES, label  # noqa: E402
+from benchmarks.libraries import ensure_library, near_queries, open_index, warm  # noqa: E402
+from benchmarks.report import say, table  # noqa: E402
 
 from host.engine import EXACT, Search, rank  # noqa: E402
 from host.query import SearchPolicy  # noqa: E402

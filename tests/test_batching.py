@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from librarian import TEST_MODEL, make_bit, write_library
 
-from host.batching import BATCHER, score_rows
+from host.batching import BATCHER, STEP_ROWS, score_rows
 from host.catalog import load_catalog
 from host.engine import Selection, rank
 from host.index import ModelIndex
@@ -71,7 +71,7 @@ def test_queries_ranked_together_get_the_answers_they_get_alone(index: ModelInde
     alone = [answer(index, question) for question in asked]
     together: list[Selection | None] = [None] * len(asked)
     start = threading.Barrier(8)
-    batches, batched = BATCHER.batches, BATCHER.batched_queries
+    steps, scored = BATCHER.steps, BATCHER.step_queries
 
     def ask(first: int) -> None:
         start.wait()
@@ -89,8 +89,9 @@ def test_queries_ranked_together_get_the_answers_they_get_alone(index: ModelInde
         assert other.rows.tolist() == one.rows.tolist()
         assert other.scores.tobytes() == one.scores.tobytes()
         assert (other.first_bit_cut_to, other.restricted) == (one.first_bit_cut_to, one.restricted)
-    assert BATCHER.batched_queries - batched == len(asked)
-    assert BATCHER.batches - batches < len(asked), "eight threads asking at once never shared a pass"
+    steps_each = -(-index.bit_count // (STEP_ROWS * product_threads))
+    assert BATCHER.step_queries - scored == len(asked) * steps_each, "every query went round the matrix once"
+    assert BATCHER.steps - steps < len(asked) * steps_each, "eight threads asking at once never shared a step"
 
 
 def test_a_batch_product_scores_each_query_as_a_product_alone_would_up_to_rounding(index: ModelIndex) -> None:
