@@ -94,7 +94,8 @@ class ScanBatcher:
         if query.shape != (index.dimension,):  # refused alone, before it could spoil a shared step
             raise ValueError(f"a query of shape {query.shape} against vectors of dimension {index.dimension}")
         if index.bit_count < self.batch_from or self.max_batch <= 1:
-            return self._score(index, query[np.newaxis, :], [out], 0, index.bit_count)
+            self._score(index, query[np.newaxis, :], [out], 0, index.bit_count)
+            return out
         key = id(index)
         with self._lock:
             shared = self._passes.get(key)
