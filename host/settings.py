@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from host.batching import MAX_BATCH
+from host.clusters import CLUSTER_FROM
 from host.engine import PROBES
 from host.store import DEFAULT_MAX_SOURCE_BYTES
 
@@ -91,7 +92,7 @@ class Settings:
         "codes for the others) and re-scores the best exactly; auto (default) is approximate when the caller "
         "may see at least --approximate-from bits of the model",
         choices=("auto", "exact", "approximate")))
-    approximate_from: int = field(default=100_000, metadata=option(
+    approximate_from: int = field(default=CLUSTER_FROM, metadata=option(
         "with --search auto, the number of bits a caller may see from which search is approximate "
         "(default %(default)s)", metavar="BITS"))
     oversample: int = field(default=1000, metadata=option(

@@ -18,10 +18,11 @@ import numpy as np
 import pytest
 from librarian import TEST_MODEL, make_bit, write_library
 
-from host.clusters import plan_layout
+from host.clusters import CLUSTER_FROM, plan_layout
 from host.engine import EXACT, Search, rank
 from host.index import ModelIndex
 from host.library_format import parse_library, parse_omit
+from host.query import SearchPolicy
 from host.results import build_result, publish_library
 from host.store import CompiledLibrary, SourceKey, StoreError, file_sha256, open_compiled, write_compiled
 from host.web.responses import render_json
@@ -269,3 +270,13 @@ def test_a_library_stored_without_clusters_is_always_read_beside_the_clustered_o
 
     for row in range(900, 1000, 7):  # bits of the small library are always found
         assert top(index, vectors[row], few, count=1) == top(index, vectors[row], EXACT, count=1)
+
+
+def test_auto_search_reads_clusters_from_the_size_at_which_libraries_are_clustered() -> None:
+    """Below CLUSTER_FROM a library keeps file order and exact search is a few milliseconds; from
+    it, the cluster scan is faster with the same answers (docs/performance.md), so `auto` uses it."""
+    policy = SearchPolicy()
+
+    assert not policy.for_bits(CLUSTER_FROM - 1).approximate
+    assert policy.for_bits(CLUSTER_FROM).approximate
+    assert not SearchPolicy(mode="exact").for_bits(10 * CLUSTER_FROM).approximate
