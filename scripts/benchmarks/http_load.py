@@ -103,7 +103,7 @@ def report(results: Results, config: Config) -> list[str]:
                   "one uvicorn worker",
                   ["bits", "search / format / query", "p50 ms", "p99 ms", "req/s", "requests", "errors", "KiB/answer",
                    "faster than original"], rows, left=2,
-                  note="`auto` is exact below 100k bits and approximate from 100k (the default settings); "
+                  note="`auto` is exact below 10k bits and approximate from 10k (the default settings); "
                   "`1 BLAS thread`: the server run with OPENBLAS_NUM_THREADS=1. "
                   "`vary`: each request changes the lowest mantissa byte of 4 floats, so every request misses the answer "
                   "cache and is ranked; `fixed`: the same body every time (answer-cache hits after the first). "
