@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
+from components import unavailable
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page
@@ -73,17 +74,6 @@ document.addEventListener("securitypolicyviolation", (event) => {
   }));
 }, true);
 """
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
-def unavailable(reason: str) -> None:
-    """A missing browser is a skip on a laptop and a failure in CI (`CI` set, as `.ci/run` has it)."""
-    if in_ci():
-        pytest.fail(f"{reason} (CI is set, so this is a failure)")
-    pytest.skip(reason)
 
 
 # ---- what went wrong on a page --------------------------------------------------------------
@@ -166,7 +156,6 @@ def browser() -> Iterator[Browser]:
         from playwright.sync_api import sync_playwright
     except ImportError:
         unavailable("Playwright for Python is not installed: pip install playwright (never `playwright install`)")
-        raise  # unreachable: unavailable() always raises
     if shutil.which(CHROMIUM) is None:
         unavailable(f"no Chromium at {CHROMIUM}: apt-get install -y chromium chromium-driver")
     with sync_playwright() as playwright:

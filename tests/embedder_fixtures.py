@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from components import unavailable
 
 from host.embedders import minilm
 
@@ -15,9 +15,7 @@ def require_local_embedder() -> None:
     """Skip without the `embed` extra, except in CI, where its absence is a failure."""
     problem = minilm.missing_requirement()
     if problem is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(problem)
-        pytest.skip(problem)
+        unavailable(problem)
 
 
 @pytest.fixture(scope="session")

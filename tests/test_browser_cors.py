@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from browser_support import Tab, serve_static, unavailable
+from browser_support import Tab, serve_static
+from components import unavailable
 from conftest import PROJECT, RunningHost, start_host, stop_host
 
 HARNESS = PROJECT / "tests" / "browser_client"

@@ -9,10 +9,7 @@ leaves screenshots in test-artifacts/screenshots/.
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,7 +17,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from browser_support import PHONE, OpenTab, Tab, unavailable
+from browser_support import PHONE, OpenTab, Tab
+from components import admin, unavailable
 from conftest import PROJECT, RunningHost, start_host, stop_host
 
 from access import AccessControl
@@ -42,13 +40,6 @@ class Site:
     @property
     def url(self) -> str:
         return self.host.url
-
-
-def admin(*argv: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "host", *argv], capture_output=True, text=True, timeout=60,
-                          cwd=PROJECT, env={**os.environ, "PYTHONPATH": str(PROJECT)})
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
 
 
 @pytest.fixture(scope="module")

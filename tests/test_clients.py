@@ -12,10 +12,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import pytest
+from components import admin, unavailable
 from conftest import PROJECT, RunningHost, start_host, stop_host
 
 HARNESS = PROJECT / "tests" / "js_client"
@@ -46,27 +45,20 @@ class Ask(Protocol):
     def __call__(self, url: str, args: dict[str, Any]) -> Answer: ...
 
 
-def _unavailable(reason: str) -> None:
-    """Without Node the JavaScript tests cannot run: a failure in CI, a skip on a laptop."""
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason} (the CI environment variable is set, so this is a failure)")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="session")
 def js_client() -> Ask:
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
-        _unavailable("node and npm (Node >= 18) are needed to run the real @polymath-ai/client")
+        unavailable("node and npm (Node >= 18) are needed to run the real @polymath-ai/client")
     assert node is not None and npm is not None
     major = subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout.strip()
     if int(major.lstrip("v").split(".")[0]) < 18:
-        _unavailable(f"@polymath-ai/client needs Node >= 18, found {major}")
+        unavailable(f"@polymath-ai/client needs Node >= 18, found {major}")
     if not (HARNESS / "node_modules").is_dir():
         installed = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=HARNESS,
                                    capture_output=True, text=True, timeout=600)
         if installed.returncode != 0:
-            _unavailable(f"npm ci failed in {HARNESS}:\n{installed.stdout}\n{installed.stderr}")
+            unavailable(f"npm ci failed in {HARNESS}:\n{installed.stdout}\n{installed.stderr}")
 
     def ask(url: str, args: dict[str, Any]) -> Answer:
         done = subprocess.run([node, str(HARNESS / "query.mjs"), f"{url}/", "-"], input=json.dumps(args),
@@ -141,13 +133,6 @@ class Served:
     url: str
     token: str  # grants `unpublished`, issued by the admin CLI
     reference: Reference
-
-
-def admin(*argv: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "host", *argv], capture_output=True, text=True, timeout=60,
-                          cwd=PROJECT, env={**os.environ, "PYTHONPATH": str(PROJECT)})
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from components import admin
 from conftest import PROJECT, RunningHost, start_host, stop_host
 from mcp import ClientSession
 from mcp.client.client import Client
@@ -45,20 +46,13 @@ class Served:
     root: Path
 
 
-def admin(cwd: Path, *argv: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "host", *argv], capture_output=True, text=True, timeout=60,
-                          cwd=cwd, env={**os.environ, "PYTHONPATH": str(PROJECT)})
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
-
-
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     root = tmp_path_factory.mktemp("mcp")
     shutil.copytree(PROJECT / "libraries", root / "libraries", ignore=shutil.ignore_patterns(".compiled"))
     access = root / "access.SECRET.json"
-    admin(root, "access", "init", "--access", str(access))
-    return root, admin(root, "token", "issue", "alice", "--tag", "unpublished", "--access", str(access))
+    admin("access", "init", "--access", str(access), cwd=root)
+    return root, admin("token", "issue", "alice", "--tag", "unpublished", "--access", str(access), cwd=root)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ library and its private drafts (tag `unpublished`); the token grants that tag.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from components import admin, unavailable
 from conftest import PROJECT, RunningHost, start_host, stop_host
 from ragflow_sdk import RAGFlow
 
@@ -36,20 +36,13 @@ class Served:
     host: RunningHost
 
 
-def admin(cwd: Path, *argv: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "host", *argv], capture_output=True, text=True, timeout=60,
-                          cwd=cwd, env={**os.environ, "PYTHONPATH": str(PROJECT)})
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     root = tmp_path_factory.mktemp("ragflow")
     shutil.copytree(PROJECT / "libraries", root / "libraries", ignore=shutil.ignore_patterns(".compiled"))
     access = root / "access.SECRET.json"
-    admin(root, "access", "init", "--access", str(access))
-    token = admin(root, "token", "issue", "alice", "--tag", "unpublished", "--access", str(access))
+    admin("access", "init", "--access", str(access), cwd=root)
+    token = admin("token", "issue", "alice", "--tag", "unpublished", "--access", str(access), cwd=root)
     host = start_host(root / "libraries", "--access", str(access), timeout=60, embedder=True)
     yield Served(host.url, token, host)
     stop_host(host)
@@ -197,12 +190,6 @@ def python_313() -> Path | None:
             return found[-1]
     on_path = shutil.which("python3.13")
     return Path(on_path) if on_path else None
-
-
-def unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason} (CI=true, so this is a failure)")
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")
