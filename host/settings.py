@@ -105,8 +105,8 @@ class Settings:
         "threads one exact pass over a library may use; concurrent queries share passes (default %(default)s; "
         "the number of cores divided by --workers uses the machine best under load)", metavar="N"))
     max_batch: int = field(default=MAX_BATCH, metadata=option(
-        "queries scored together in one pass over a library at most (default %(default)s; 1 turns "
-        "batching off)", metavar="N"))
+        "exact queries scored together in one step of a shared pass over a library at most (default "
+        "%(default)s; 1: each query scans alone)", metavar="N"))
     cors_origin: str = field(default="*", metadata=option(
         "origins whose web pages may call this host from a browser (CORS): * (default) for any page, "
         "none for no page of another origin, or origins such as https://app.example (repeat the option, "
