@@ -2,7 +2,7 @@
 
     control = AccessControl.from_file(Path("access.SECRET.json"))
     grant = control.authorize(token)      # Grant, or raises TokenRejected (answer 401)
-    grant.access_tags                     # the tags it may see (host/visibility.py applies them)
+    grant.access_tags                     # the tags it may see (host/library/visibility.py applies them)
 
 Modules, one job each: ``errors`` (the two exceptions), ``grant`` (Grant, ANONYMOUS),
 ``keys`` (key entries), ``config`` (the file, validated), ``tokens`` (issue/verify JWTs),

@@ -55,9 +55,9 @@ from benchmarks.config import COUNT, SIZES, label  # noqa: E402
 from benchmarks.libraries import ensure_library, near_queries, open_index  # noqa: E402
 from benchmarks.report import say, table  # noqa: E402
 
-from host.engine import rank  # noqa: E402
-from host.harness import free_port  # noqa: E402
-from host.query import SearchPolicy  # noqa: E402
+from host.search.engine import rank  # noqa: E402
+from host.search.query import SearchPolicy  # noqa: E402
+from host.service.harness import free_port  # noqa: E402
 
 CONNECTIONS = (1, 4, 16, 64)
 SEARCHES = ("exact", "auto")

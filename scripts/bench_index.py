@@ -56,8 +56,8 @@ from benchmarks.config import SIZES, label  # noqa: E402
 from benchmarks.libraries import ensure_library, near_queries, open_index, warm  # noqa: E402
 from benchmarks.report import say, table  # noqa: E402
 
-from host.engine import EXACT, Search, rank  # noqa: E402
-from host.query import SearchPolicy  # noqa: E402
+from host.search.engine import EXACT, Search, rank  # noqa: E402
+from host.search.query import SearchPolicy  # noqa: E402
 
 PEERS = ("ours", "faiss-flat", "faiss-ivf", "faiss-hnsw", "usearch", "kernels")
 OUR_PROBES = (1, 2, 3, 4, 6, 8, 12, 16, 32)
@@ -217,7 +217,7 @@ def build_peer(name: str, index: Any, matrix: np.ndarray) -> dict[str, Callable[
     """The peer's search functions by setting (top 10 rows), once built; None if not installed."""
     dimension = matrix.shape[1]
     if name == "ours":
-        from host.clusters import plan_layout
+        from host.store.clusters import plan_layout
 
         plan_layout(matrix, np.ones(len(matrix), dtype=bool))  # the layout's build, timed as the peers' are
         return {}
@@ -341,8 +341,8 @@ def run_compile(folder: Path, bits: int, scratch: Path) -> dict[str, Any]:
     index, records, fsync), in this fresh process: wall and CPU seconds, peak anonymous memory."""
     import msgpack
 
-    from host.library_format import ParsedLibrary
-    from host.store import write_compiled
+    from host.library.format import ParsedLibrary
+    from host.store.compiled import write_compiled
 
     index = open_index(folder, bits)
     library = index.libraries[0]
@@ -374,14 +374,14 @@ def run_compile(folder: Path, bits: int, scratch: Path) -> dict[str, Any]:
 
 
 def no_source() -> Any:
-    from host.store import SourceKey
+    from host.store.compiled import SourceKey
 
     return SourceKey(size=0, mtime_ns=0, sha256="")
 
 
 def run_layout(folder: Path, bits: int) -> dict[str, Any]:
     """The clustered layout alone (k-means and assignment) on the library's matrix."""
-    from host.clusters import plan_layout
+    from host.store.clusters import plan_layout
 
     index = open_index(folder, bits)
     matrix = index.libraries[0].embeddings

@@ -24,10 +24,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from access import ANONYMOUS
-from host.catalog import load_catalog
-from host.engine import random_query
-from host.query import Query, SearchPolicy, run_query
-from host.results import selection_bits
+from host.catalog.generations import load_catalog
+from host.results.bits import selection_bits
+from host.search.engine import random_query
+from host.search.query import Query, SearchPolicy, run_query
 from host.web.context_block import render_context_block
 
 BUDGETS = (250, 1000, 4000, 16000)
@@ -76,8 +76,8 @@ def main() -> int:
 
 
 def _bit(index: object, row: int) -> dict[str, object]:
-    from host.index import ModelIndex
-    from host.results import result_bit
+    from host.catalog.model_index import ModelIndex
+    from host.results.bits import result_bit
 
     assert isinstance(index, ModelIndex)
     library, local = index.locate(row)

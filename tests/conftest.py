@@ -1,4 +1,4 @@
-"""Shared fixtures: real library folders on disk, the app in-process, and a real uvicorn server (host.harness)."""
+"""Shared fixtures: real library folders on disk, the app in-process, and a real uvicorn server (host.service.harness)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from librarian import FIXTURES
 
-from host import harness
-from host.harness import RunningHost
+from host.service import harness
+from host.service.harness import RunningHost
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -26,7 +26,7 @@ def fixtures_dir() -> Path:
 
 
 def start_host(libraries: Path, *arguments: str, embedder: bool = False, **options: Any) -> RunningHost:
-    """`serve` on a free port, once /healthz answers (host/harness.py has the options).
+    """`serve` on a free port, once /healthz answers (host/service/harness.py has the options).
 
     Without the local embedder unless `embedder` (or an --embedder option) asks for it: loading its
     model costs every server a second of CPU, and most tests send vectors.

@@ -42,7 +42,7 @@ from starlette.applications import Starlette
 
 import access.cli
 from access import AccessControl, files
-from host.settings import Settings
+from host.service.settings import Settings
 from host.web.app import create_app
 
 pytestmark = pytest.mark.anyio

@@ -1,5 +1,5 @@
 """Approximate search against exact search: sign-bit codes (libraries stored in file order) and
-the nearest clusters (libraries stored clustered, host/clusters.py), re-scored exactly.
+the nearest clusters (libraries stored clustered, host/store/clusters.py), re-scored exactly.
 
 Known answers: each real ada-002 bit queried with its own embedding, and clustered synthetic bits
 queried with a slightly perturbed copy of themselves. The mode changes how candidates are found,
@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from librarian import TEST_MODEL, make_library, write_library
 
-from host.catalog import load_catalog
-from host.engine import EXACT, Search, rank
-from host.index import ModelIndex
-from host.library_format import ADA_002, parse_library
-from host.store import SourceKey, file_sha256, open_compiled, write_compiled
+from host.catalog.generations import load_catalog
+from host.catalog.model_index import ModelIndex
+from host.library.format import ADA_002, parse_library
+from host.search.engine import EXACT, Search, rank
+from host.store.compiled import SourceKey, file_sha256, open_compiled, write_compiled
 
 NOBODY: frozenset[str] = frozenset()
 

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 from librarian import TEST_MODEL, make_bit, write_library
 
-from host.batching import BATCHER, STEP_ROWS, score_rows
-from host.catalog import load_catalog
-from host.engine import Selection, rank
-from host.index import ModelIndex
+from host.catalog.generations import load_catalog
+from host.catalog.model_index import ModelIndex
+from host.search.batching import BATCHER, STEP_ROWS, score_rows
+from host.search.engine import Selection, rank
 
 BITS = 40_000  # over BATCH_FROM and SPLIT_FROM: batched, and split over threads when configured
 DIMENSION = 16

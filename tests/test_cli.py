@@ -262,8 +262,8 @@ def test_serve_reuses_what_build_compiled(tmp_path, libraries, serve_here):
 def test_serve_limits_each_querys_matrix_product_to_one_blas_thread_by_default():
     probe = (
         "import numpy, threadpoolctl\n"
-        "from host.process import limit_blas_threads\n"
-        "from host.settings import Settings\n"
+        "from host.service.process import limit_blas_threads\n"
+        "from host.service.settings import Settings\n"
         "limit_blas_threads(Settings().blas_threads)\n"
         "print(sorted({pool['num_threads'] for pool in threadpoolctl.threadpool_info() if pool['user_api'] == 'blas'}))\n"
     )

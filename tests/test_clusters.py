@@ -18,13 +18,14 @@ import numpy as np
 import pytest
 from librarian import TEST_MODEL, make_bit, write_library
 
-from host.clusters import CLUSTER_FROM, plan_layout
-from host.engine import EXACT, Search, rank
-from host.index import ModelIndex
-from host.library_format import parse_library, parse_omit
-from host.query import SearchPolicy
-from host.results import build_result, publish_library
-from host.store import CompiledLibrary, SourceKey, StoreError, file_sha256, open_compiled, write_compiled
+from host.catalog.model_index import ModelIndex
+from host.library.format import parse_library, parse_omit
+from host.results.answers import build_result
+from host.results.published import publish_library
+from host.search.engine import EXACT, Search, rank
+from host.search.query import SearchPolicy
+from host.store.clusters import CLUSTER_FROM, plan_layout
+from host.store.compiled import CompiledLibrary, SourceKey, StoreError, file_sha256, open_compiled, write_compiled
 from host.web.responses import render_json
 
 DIMENSION = 32

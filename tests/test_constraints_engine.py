@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from librarian import TEST_MODEL, reference_budget
 
-from host.engine import SUBSET_SHARE, Search, rank
-from host.index import ModelIndex
-from host.sign_codes import sign_codes
-from host.store import CompiledLibrary, SourceKey
+from host.catalog.model_index import ModelIndex
+from host.search.engine import SUBSET_SHARE, Search, rank
+from host.store.compiled import CompiledLibrary, SourceKey
+from host.store.sign_codes import sign_codes
 
 DIMENSION = 8
 TAGS = ("team", "board")

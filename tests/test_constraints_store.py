@@ -11,11 +11,11 @@ from constraint_reference import matches
 from constraint_reference import term_scores as reference_term_scores
 from librarian import TEST_MODEL, b64, unit_vectors, write_library
 
-from host.catalog import load_catalog
+from host.catalog.generations import load_catalog
+from host.catalog.model_index import ModelIndex
 from host.constraints import constraint_mask, model_term_similarity, parse_constraint, parse_metadata_condition
 from host.constraints.text_index import BLOB, LAYOUT
-from host.index import ModelIndex
-from host.store import STORE_FORMAT, load_library
+from host.store.compiled import STORE_FORMAT, load_library
 
 TEXTS = [
     ("In the beginning God created the heaven and the earth.", "Genesis 1", "https://ex.org/gen/1"),

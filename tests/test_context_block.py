@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from librarian import b64, make_library, unit_vectors, write_library
 
-from host.settings import Settings
+from host.service.settings import Settings
 from host.web.app import create_app
 from host.web.context_block import render_context_block
 from host.web.responses import answer_format

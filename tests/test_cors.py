@@ -22,8 +22,8 @@ from librarian import b64, make_library, unit_vectors, write_library
 from starlette.applications import Starlette
 
 from host.embedders.service import Embedders
-from host.process import ACCESS_LOG
-from host.settings import Settings
+from host.service.process import ACCESS_LOG
+from host.service.settings import Settings
 from host.web.app import create_app
 from host.web.middleware.cors import parse_cors_origins
 

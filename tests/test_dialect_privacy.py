@@ -21,7 +21,7 @@ from starlette.testclient import TestClient
 from word_embedder import WordEmbedder
 
 from host.embedders.service import Embedders
-from host.settings import Settings
+from host.service.settings import Settings
 from host.web.app import create_app
 from host.web.dialects.ragflow.view import dataset_id
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from librarian import TEST_MODEL, brute_force_ranking, make_bit, reference_budget, unit_vectors, write_library
 
-from host.catalog import load_catalog
-from host.engine import random_query, rank
-from host.index import ModelIndex
+from host.catalog.generations import load_catalog
+from host.catalog.model_index import ModelIndex
+from host.search.engine import random_query, rank
 
 DIMENSION = 8
 NOBODY = frozenset()

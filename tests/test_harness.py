@@ -1,4 +1,4 @@
-"""host.harness: the server harness of the tests, the benchmark and the soak, run for real."""
+"""host.service.harness: the server harness of the tests, the benchmark and the soak, run for real."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from librarian import make_library, unit_vectors, write_library
 
-from host.harness import HostFailed, free_port, http_status, spawn_host, start_host
+from host.service.harness import HostFailed, free_port, http_status, spawn_host, start_host
 
 
 def running(pid: int) -> bool:

@@ -325,7 +325,7 @@ def test_a_file_replaced_while_it_is_compiled_is_never_cached_under_another_vers
     The compiled folder must never pair one version's hash with another's content: else the
     rollback (same bytes as the hash) would be taken as unchanged and the wrong version served.
     """
-    from host import store
+    from host.store import compiled as store
 
     source = write_library(tmp_path / "race.json", versioned_library("race", 1))
     first_bytes = source.read_bytes()
@@ -355,8 +355,8 @@ def test_a_file_replaced_while_it_is_compiled_is_never_cached_under_another_vers
 
 def test_a_file_published_while_the_server_was_still_loading_is_picked_up(tmp_path: Path) -> None:
     """`serve` loads (a first compile can take minutes), then starts watching: what changed in between counts."""
-    from host.catalog import Catalog, load_catalog
-    from host.reloader import LibraryWatcher
+    from host.catalog.generations import Catalog, load_catalog
+    from host.catalog.reloader import LibraryWatcher
 
     folder = tmp_path / "libraries"
     path = write_library(folder / "early.json", versioned_library("early", 1))

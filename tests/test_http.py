@@ -24,7 +24,7 @@ from starlette.applications import Starlette
 from access import AccessControl
 from access.keys import generate_key_entry
 from access.tokens import issue_token
-from host.settings import Settings
+from host.service.settings import Settings
 from host.web.app import create_app
 
 pytestmark = pytest.mark.anyio

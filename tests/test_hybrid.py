@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from librarian import exact_dot_products, make_library, unit_vectors, write_library
 
 from access import ANONYMOUS, Grant
-from host.catalog import load_catalog
+from host.catalog.generations import load_catalog
+from host.catalog.model_index import ModelIndex
 from host.constraints import parse_constraint
-from host.hybrid import HybridQuery, rank_hybrid
-from host.index import ModelIndex
-from host.query import run_hybrid_query
+from host.search.hybrid import HybridQuery, rank_hybrid
+from host.search.query import run_hybrid_query
 
 FIXTURE = "polymath-v0-sample-content.json"  # 100 real ada-002 bits with titles
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from librarian import TEST_MODEL, b64, make_bit, make_library, unit_vectors
 
-from host.library_format import (
+from host.library.format import (
     ADA_002,
     LibraryFormatError,
     Omit,

@@ -26,7 +26,7 @@ from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from host.harness import free_port
+from host.service.harness import free_port
 
 pytestmark = pytest.mark.anyio
 DANIEL = "Daniel in the den of lions"

@@ -36,11 +36,11 @@ from starlette.applications import Starlette
 from access import AccessControl
 from access.keys import generate_key_entry
 from access.tokens import issue_token
-from host.catalog import load_catalog
+from host.catalog.generations import load_catalog
 from host.embedders.openai_http import OpenAIEmbedder
 from host.embedders.service import Embedders
-from host.library_format import canonical_id, decode_embedding
-from host.settings import Settings
+from host.library.format import canonical_id, decode_embedding
+from host.service.settings import Settings
 from host.web.app import create_app
 from host.web.middleware.security_headers import CONTENT_SECURITY_POLICY
 from host.web.page.maps import MAX_POINTS, principal_plane

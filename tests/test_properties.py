@@ -28,11 +28,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from librarian import TEST_MODEL, b64, exact_dot_products, reference_budget
 
-from host.clusters import plan_layout
-from host.engine import Search, apply_budget, rank
-from host.index import ModelIndex
-from host.sign_codes import sign_codes
-from host.store import CompiledLibrary, SourceKey
+from host.catalog.model_index import ModelIndex
+from host.search.engine import Search, apply_budget, rank
+from host.store.clusters import plan_layout
+from host.store.compiled import CompiledLibrary, SourceKey
+from host.store.sign_codes import sign_codes
 from host.web.errors import HTTPError
 from host.web.query_args import COUNT_TYPES, QueryArgs, parse_query_args
 
@@ -292,7 +292,7 @@ def test_approximate_search_covering_the_library_returns_the_exact_rows(
     assert math.isclose(len(exact.rows), len(approximate.rows))
 
 
-# ---- clustered libraries (host/clusters.py) --------------------------------------------------------
+# ---- clustered libraries (host/store/clusters.py) --------------------------------------------------------
 
 
 def clustered(name: str, library: Library, clusters: int) -> CompiledLibrary:

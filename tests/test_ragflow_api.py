@@ -18,7 +18,7 @@ from starlette.routing import Route
 from word_embedder import WordEmbedder
 
 from host.embedders.service import Embedders
-from host.settings import Settings
+from host.service.settings import Settings
 from host.web.app import create_app
 from host.web.dialects.ragflow import RAGFlowEnvelope
 from host.web.dialects.ragflow.highlight import highlight

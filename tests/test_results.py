@@ -11,11 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from librarian import TEST_MODEL, make_bit, unit_vectors, write_library
 
-from host.catalog import load_catalog
-from host.engine import Selection, rank
-from host.index import ModelIndex
-from host.library_format import canonical_id, parse_omit
-from host.results import build_result, cut_text_to_tokens
+from host.catalog.generations import load_catalog
+from host.catalog.model_index import ModelIndex
+from host.library.format import canonical_id, parse_omit
+from host.results.answers import build_result
+from host.results.bits import cut_text_to_tokens
+from host.search.engine import Selection, rank
 
 untimed = settings(deadline=None)  # a cold first example may be slow on a busy machine; only answers matter
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from librarian import TEST_MODEL, make_library, unit_vectors, write_library
 
-from host.library_format import LibraryFormatError, canonical_id, parse_library
-from host.store import CompiledLibrary, StoreError, file_sha256, load_library, open_compiled
+from host.library.format import LibraryFormatError, canonical_id, parse_library
+from host.store.compiled import CompiledLibrary, StoreError, file_sha256, load_library, open_compiled
 
 COMPILED_FILES = {  # at least these; the store may add more arrays
     "embeddings.npy", "token_counts.npy", "tag_ids.npy", "ids.npy",

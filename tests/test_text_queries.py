@@ -25,7 +25,7 @@ from host.embedders.minilm import MODEL as MINILM
 from host.embedders.minilm import MiniLMEmbedder
 from host.embedders.openai_http import OpenAIEmbedder
 from host.embedders.service import Embedders
-from host.settings import Settings
+from host.service.settings import Settings
 from host.web.app import create_app
 
 pytestmark = pytest.mark.anyio

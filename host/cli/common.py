@@ -10,7 +10,7 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
-from host.settings import Settings
+from host.service.settings import Settings
 
 _TYPES: dict[Any, type] = {int: int, float: float, str: str, Path: Path, Path | None: Path, str | None: str}
 

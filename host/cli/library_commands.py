@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from host.catalog import default_cache_dir, load_catalog
+from host.catalog.generations import default_cache_dir, load_catalog
 from host.cli.common import add_setting_options, say
 from host.cli.validate import validate_command
 

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from access import AccessConfigError, AccessControl
-from host.catalog import load_catalog
+from host.catalog.generations import load_catalog
 from host.cli.common import add_setting_options, say
-from host.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans, limit_blas_threads
-from host.settings import ENVIRONMENT_VARIABLE, Settings
+from host.service.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans, limit_blas_threads
+from host.service.settings import ENVIRONMENT_VARIABLE, Settings
 
 DEFAULT_ACCESS_FILE = Path("access.SECRET.json")
 

@@ -14,9 +14,9 @@ import argparse
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from host.catalog import describe_problem, discover
-from host.library_format import check_library
-from host.store import DEFAULT_MAX_SOURCE_BYTES, read_library_file
+from host.catalog.generations import describe_problem, discover
+from host.library.format import check_library
+from host.store.compiled import DEFAULT_MAX_SOURCE_BYTES, read_library_file
 
 
 def validate_paths(

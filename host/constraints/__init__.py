@@ -8,7 +8,7 @@ One query core for every dialect (`POST /`, the page, RAGFlow's retrieval API, t
     rank(..., constraint=mask)                     # ANDed with visibility: never widens it
     term = model_term_similarity(question, model_index, rows, visible)   # RAGFlow's term score
 
-The text index is built by `build_text_index` at compile time (host/store.py) and opened
+The text index is built by `build_text_index` at compile time (host/store/compiled.py) and opened
 memory-mapped with the library (`CompiledLibrary.text_index`).
 """
 
@@ -27,8 +27,8 @@ from host.constraints.term_scores import hybrid_similarity, term_similarity
 from host.constraints.text_index import TextIndex, build_text_index, open_text_index, text_index_in_memory
 
 if TYPE_CHECKING:
-    from host.index import ModelIndex
-    from host.store import CompiledLibrary
+    from host.catalog.model_index import ModelIndex
+    from host.store.compiled import CompiledLibrary
 
 
 def text_index_of(library: CompiledLibrary) -> TextIndex:

@@ -11,7 +11,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Collection
 
-from host.prometheus import Histogram, heading, sample
+from host.service.prometheus import Histogram, heading, sample
 
 COUNTERS = {
     "cache_hits": "polymath_embed_cache_hits_total",

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from host.importer.errors import ImporterError
-from host.library_format import check_library, parse_json
+from host.library.format import check_library, parse_json
 
 
 def render_library(library: dict[str, Any]) -> str:

@@ -22,13 +22,13 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 
 from access import AccessControl
-from host.catalog import Catalog, load_catalog
+from host.catalog.generations import Catalog, load_catalog
+from host.catalog.reloader import LibraryWatcher
 from host.embedders.errors import EmbedderError, NoEmbedder
 from host.embedders.service import Embedders, build_embedders
-from host.errors import NothingLoaded, QueryError
-from host.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans, limit_blas_threads
-from host.reloader import LibraryWatcher
-from host.settings import Settings
+from host.search.errors import NothingLoaded, QueryError
+from host.service.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans, limit_blas_threads
+from host.service.settings import Settings
 from host.web.caller import verified_subject
 from host.web.dialects import mcp_server, openai_embeddings, ragflow
 from host.web.errors import HTTPError, from_core

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from host.embedders.errors import EmbedderError, EmbedderTimeout, NoEmbedder
-from host.errors import NothingLoaded, QueryError
+from host.search.errors import NothingLoaded, QueryError
 
 
 class HTTPError(Exception):

@@ -16,9 +16,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from host.catalog import Catalog
-from host.results import library_header, result_bit, visible_digest, visible_in_file_order
-from host.store import CompiledLibrary
+from host.catalog.generations import Catalog
+from host.results.bits import result_bit
+from host.results.published import library_header, visible_digest, visible_in_file_order
+from host.store.compiled import CompiledLibrary
 from host.web.caller import request_caller
 from host.web.errors import HTTPError
 from host.web.responses import JSON, accepts_gzip, cache_headers, is_not_modified, render_json, streamed_json

@@ -13,7 +13,7 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass
 
-from host.prometheus import Histogram, Labels, heading, sample
+from host.service.prometheus import Histogram, Labels, heading, sample
 
 MAX_SERIES = 200
 OTHER = "other"

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from host.constraints import ConstraintError, Node, parse_constraint
-from host.engine import CountType
-from host.library_format import FORMAT_VERSION, LibraryFormatError, Omit, parse_omit
+from host.library.format import FORMAT_VERSION, LibraryFormatError, Omit, parse_omit
+from host.search.engine import CountType
 from host.web.errors import bad_request
 
 DEFAULT_COUNT = 1000

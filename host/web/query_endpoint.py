@@ -15,13 +15,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from host.catalog import Catalog
+from host.catalog.generations import Catalog
+from host.catalog.model_index import ModelIndex
 from host.embedders.errors import EmbedderError
-from host.engine import Selection, random_query
-from host.index import ModelIndex
-from host.library_format import parse_omit
-from host.query import Query, choose_model, run_query
-from host.results import build_result, estimated_answer_bytes, result_header, selection_bits
+from host.library.format import parse_omit
+from host.results.answers import build_result, estimated_answer_bytes, result_header
+from host.results.bits import selection_bits
+from host.search.engine import Selection, random_query
+from host.search.query import Query, choose_model, run_query
 from host.web.caller import Caller, request_caller
 from host.web.context_block import TEXT_PLAIN, render_context_block
 from host.web.errors import bad_request

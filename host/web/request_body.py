@@ -9,7 +9,7 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 
-from host.library_format import parse_json
+from host.library.format import parse_json
 from host.web.errors import HTTPError, bad_request
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")

@@ -27,8 +27,8 @@ import uvicorn
 from uvicorn._types import ASGIReceiveCallable, ASGISendCallable, Scope
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from host.process import bind_workers_over_tcp
-from host.settings import Settings
+from host.service.process import bind_workers_over_tcp
+from host.service.settings import Settings
 
 log = logging.getLogger("polymath_host.server")
 DESCRIPTORS_KEPT_FREE = 64  # for library files, the access file, logs and the listening socket

@@ -5,8 +5,8 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from host.batching import BATCHER
-from host.prometheus import heading, sample
+from host.search.batching import BATCHER
+from host.service.prometheus import heading, sample
 from host.web.openapi import OPENAPI
 from host.web.responses import JSON, render_json
 from host.web.state import host_state
@@ -34,7 +34,7 @@ async def metrics(request: Request) -> Response:
 
 
 def scan_lines() -> list[str]:
-    """How well exact scans are shared (host/batching.py): queries scored over steps is the mean sharing."""
+    """How well exact scans are shared (host/search/batching.py): queries scored over steps is the mean sharing."""
     return [*heading("polymath_scan_steps_total", "counter", "Steps of shared passes over libraries of 4,096+ bits."),
             sample("polymath_scan_steps_total", (), BATCHER.steps),
             *heading("polymath_scan_step_queries_total", "counter", "Queries scored by those steps (one per query aboard)."),

@@ -9,10 +9,10 @@ from cachetools import LRUCache
 from starlette.requests import Request
 
 from access import AccessControl
-from host.catalog import Catalog
+from host.catalog.generations import Catalog
 from host.embedders.service import Embedders
-from host.query import SearchPolicy
-from host.settings import Settings
+from host.search.query import SearchPolicy
+from host.service.settings import Settings
 from host.web.metrics import Metrics
 from host.web.page.maps import ProjectionCache
 

@@ -5,7 +5,7 @@
   what it is given (`Size`).
 - `libraries`: the synthetic libraries (generated once, compiled, reused) and their queries;
   `measure`: interleaved timing and the searches compared (host, numpy floor, faiss);
-  `servers`: a real `polymath-host serve` (host.harness) and POST / against it.
+  `servers`: a real `polymath-host serve` (host.service.harness) and POST / against it.
 - One module per step, each with one `STEP`: `latency`, `approximate`, `fixtures`, `encoding`,
   `compiling`, `coldstart`, `memory`, `http_load`. `scripts/bench.py` lists them in `STEPS`.
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from host import cluster_scan, engine
-from host.engine import EXACT, Search, rank
-from host.index import ModelIndex
-from host.query import SearchPolicy
-from host.sign_codes import hamming_distances
+from host.catalog.model_index import ModelIndex
+from host.search import cluster_scan, engine
+from host.search.engine import EXACT, Search, rank
+from host.search.query import SearchPolicy
+from host.store.sign_codes import hamming_distances
 
 from .config import COUNT, Config, label
 from .libraries import matrix_of, near_queries

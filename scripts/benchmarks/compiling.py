@@ -1,4 +1,4 @@
-"""Step `compile`: compiling a real JSON library file (host.store.load_library) in a fresh process.
+"""Step `compile`: compiling a real JSON library file (host.store.compiled.load_library) in a fresh process.
 
 The synthetic library is written out once as a version-1 JSON file (base64 embeddings) and
 compiled from scratch in a child process (its peak RSS is the compile's alone); then, in this
@@ -15,10 +15,10 @@ import sys
 import time
 from pathlib import Path
 
-from host.harness import child_environment
-from host.index import ModelIndex
-from host.library_format import ADA_002, encode_embedding, parse_library
-from host.store import SourceKey, open_compiled, read_library_file, write_compiled
+from host.catalog.model_index import ModelIndex
+from host.library.format import ADA_002, encode_embedding, parse_library
+from host.service.harness import child_environment
+from host.store.compiled import SourceKey, open_compiled, read_library_file, write_compiled
 
 from .config import Config, label
 from .libraries import generator_params, matrix_of
@@ -29,7 +29,7 @@ COMPILE_CHILD = """
 import json, resource, sys, time
 started = time.perf_counter()
 from pathlib import Path
-from host.store import load_library
+from host.store.compiled import load_library
 imported = time.perf_counter()
 library, compiled = load_library(Path(sys.argv[1]), Path(sys.argv[2]), name="library")
 done = time.perf_counter()
@@ -115,11 +115,11 @@ def report(results: Results, config: Config) -> list[str]:
     throughput = sizes[largest]["compile"]["bits_per_second"]
     memory_ratio = sizes[largest]["compile"]["peak_rss_bytes"] / sizes[largest]["compile"]["json_bytes"]
     json_1m = sizes[largest]["compile"]["json_bytes"] * 1_000_000 / largest
-    return [table("Compiling a JSON library file (host.store.load_library, fresh process)",
+    return [table("Compiling a JSON library file (host.store.compiled.load_library, fresh process)",
                   ["bits", "JSON MB", "seconds", "bits/s", "MB/s", "peak RSS MiB", "read+loads / parse / write / open s"], rows,
                   f"1M is not compiled from JSON here: a ~{json_1m / 1e9:.1f} GB file, over the default 8 GiB "
                   f"--max-library-bytes. Extrapolated at {label(largest)}'s rate: ~{1_000_000 / throughput:.0f} s, "
                   f"and ~{memory_ratio * json_1m / 2**30:.0f} GiB peak memory ({memory_ratio:.1f}x the file).")]
 
 
-STEP = Step("compile", "bits/s compiling a real JSON library file (host.store.load_library)", INDEX, measure, report)
+STEP = Step("compile", "bits/s compiling a real JSON library file (host.store.compiled.load_library)", INDEX, measure, report)

@@ -3,14 +3,14 @@
 One synthetic library of 100,000 bits (--quick: 10,000) (1536-d unit vectors; texts of 150-250 words drawn Zipf-wise from a word
 list: the words of the KJV selection in scripts/sample_source, the most frequent first, plus a
 tail of made-up words for a realistic 40k-word vocabulary; titles, descriptions, URLs and image
-URLs made the same way) is compiled once through host.store.write_compiled into the bench's
+URLs made the same way) is compiled once through host.store.compiled.write_compiled into the bench's
 workdir and reused. Then, with one BLAS thread (the server's default):
 
   build        build_text_index time and the bytes of text_index.bin next to embeddings.npy
   constraints  per constraint: matching bits, mask time, and rank() with the constraint vs
                without it (p50 of 15 queries, each a perturbed existing bit); target <= 1.5x
   terms        term similarity of an 8-word question to the top 1,024 candidates (RAGFlow top_k)
-  hybrid       RAGFlow's retrieval core (host.query.run_hybrid_query: w·vector + (1-w)·term over every
+  hybrid       RAGFlow's retrieval core (host.search.query.run_hybrid_query: w·vector + (1-w)·term over every
                visible bit, the SDK's defaults) next to rank() unfiltered, p50
 
 The machine is small and shared: compare ratios measured in one run, not absolute times.
@@ -30,6 +30,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from access import ANONYMOUS
+from host.catalog.model_index import ModelIndex
 from host.constraints import (
     build_text_index,
     constraint_mask,
@@ -38,12 +39,11 @@ from host.constraints import (
     parse_metadata_condition,
 )
 from host.constraints.words import words
-from host.engine import rank
-from host.hybrid import HybridQuery
-from host.index import ModelIndex
-from host.library_format import ADA_002, ParsedLibrary
-from host.query import run_hybrid_query
-from host.store import STORE_FORMAT, CompiledLibrary, SourceKey, open_compiled, write_compiled
+from host.library.format import ADA_002, ParsedLibrary
+from host.search.engine import rank
+from host.search.hybrid import HybridQuery
+from host.search.query import run_hybrid_query
+from host.store.compiled import STORE_FORMAT, CompiledLibrary, SourceKey, open_compiled, write_compiled
 
 from .config import Config
 from .report import ROOT, say, table

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from host.engine import Search
-from host.library_format import parse_omit
-from host.results import build_result
+from host.library.format import parse_omit
+from host.results.answers import build_result
+from host.search.engine import Search
 from host.web.responses import render_json, render_msgpack
 
 from .config import Config, label

@@ -6,10 +6,10 @@ import shutil
 
 import numpy as np
 
-from host.catalog import load_catalog
-from host.engine import EXACT, Search
-from host.library_format import ADA_002
-from host.sign_codes import hamming_distances
+from host.catalog.generations import load_catalog
+from host.library.format import ADA_002
+from host.search.engine import EXACT, Search
+from host.store.sign_codes import hamming_distances
 
 from .config import Config
 from .measure import EVERYONE, host_search

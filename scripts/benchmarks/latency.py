@@ -47,7 +47,7 @@ def report(results: Results, config: Config) -> list[str]:
                          host["n"], ms(NOTES_FLOOR_P50.get(bits))])
     if not rows:
         return []
-    return [table("Exact ranking in-process (host.engine.rank, 1500 tokens) vs the floor, ms",
+    return [table("Exact ranking in-process (host.search.engine.rank, 1500 tokens) vs the floor, ms",
                   ["bits", "host p50", "host p99", "floor p50", "floor p99", "host/floor p50", "host/floor min",
                    "faiss p50", "faiss/floor", "samples", "notes' floor p50"], rows,
                   "floor = `E @ q` + `np.argpartition` top 10 on the same memory-mapped matrix; "
@@ -55,5 +55,5 @@ def report(results: Results, config: Config) -> list[str]:
                   "shared machine. Target: host/floor <= 1.2 at 100k.")]
 
 
-STEP = Step("latency", "in-process p50/p99 of host.engine.rank (exact, 1500 tokens) vs the floor and faiss", INDEX,
+STEP = Step("latency", "in-process p50/p99 of host.search.engine.rank (exact, 1500 tokens) vs the floor and faiss", INDEX,
             measure, report)

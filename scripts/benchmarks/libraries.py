@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from host.catalog import load_catalog
-from host.index import ModelIndex
-from host.library_format import ADA_002, ParsedLibrary, canonical_id
-from host.store import STORE_FORMAT, SourceKey, file_sha256, write_compiled
+from host.catalog.generations import load_catalog
+from host.catalog.model_index import ModelIndex
+from host.library.format import ADA_002, ParsedLibrary, canonical_id
+from host.store.compiled import STORE_FORMAT, SourceKey, file_sha256, write_compiled
 
 from .config import label
 from .report import say

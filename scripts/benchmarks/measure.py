@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from host.engine import EXACT, CountType, Search, Selection, rank
-from host.index import ModelIndex
+from host.catalog.model_index import ModelIndex
+from host.search.engine import EXACT, CountType, Search, Selection, rank
 
 from .config import COUNT
 from .report import summary
@@ -47,7 +47,7 @@ def floor_search(embeddings: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
 
 def host_search(index: ModelIndex, search: Search = EXACT, count: int = COUNT,
                 count_type: CountType = "token") -> Callable[[np.ndarray], Selection]:
-    """host.engine.rank as the server calls it, for everyone, with this budget."""
+    """host.search.engine.rank as the server calls it, for everyone, with this budget."""
     def run(query: np.ndarray) -> Selection:
         return rank(index, query, granted=EVERYONE, count=count, count_type=count_type, search=search)
     return run

@@ -1,4 +1,4 @@
-"""A real `polymath-host serve` for the server steps (host.harness), and POST / against it."""
+"""A real `polymath-host serve` for the server steps (host.service.harness), and POST / against it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from host.harness import RunningHost, http_status, spawn_host
+from host.service.harness import RunningHost, http_status, spawn_host
 
 from .config import COUNT
 
@@ -31,7 +31,7 @@ def spawn_server(workdir: Path, libraries: Path, *, workers: int = 1, search: st
     arguments = ["--log-level", "warning", *(["--search", search] if search else [])]
     # cwd=workdir: no access.SECRET.json from the project folder is picked up. Its own session (and so
     # its own CPU-share group under Linux autogroup), as the benchmark's servers always had: the
-    # figures stay comparable with earlier runs (see host.harness.spawn_host).
+    # figures stay comparable with earlier runs (see host.service.harness.spawn_host).
     return spawn_host(libraries, *arguments, cwd=workdir, workers=workers, env=environment, own_session=True)
 
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from host.index import ModelIndex
+from host.catalog.model_index import ModelIndex
 
 from .config import Config
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from host.embedders.minilm import MiniLMEmbedder, missing_requirement
-from host.harness import spawn_host
+from host.service.harness import spawn_host
 
 from .config import Config
 from .report import ROOT, ms, say, summary, table

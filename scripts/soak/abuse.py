@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from host.harness import RunningHost
+from host.service.harness import RunningHost
 
 from .hostile_files import BadFiles
 from .hostile_requests import HostileRequests

@@ -17,7 +17,7 @@ from typing import Any
 
 import psutil
 
-from host.harness import LOCALHOST, RunningHost
+from host.service.harness import LOCALHOST, RunningHost
 
 from .hostile_sockets import SLACK, close_all, connect, seconds_until_closed
 from .server import Limits

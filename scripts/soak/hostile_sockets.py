@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from host.harness import LOCALHOST
+from host.service.harness import LOCALHOST
 
 from .ballast import BALLAST_MODEL, random_query
 from .server import DropReasons, Limits

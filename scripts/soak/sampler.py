@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from host.harness import RunningHost
+from host.service.harness import RunningHost
 
 from .server import server_processes
 

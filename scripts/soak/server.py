@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from host.harness import HostFailed, RunningHost, child_environment, host_command, start_host
+from host.service.harness import HostFailed, RunningHost, child_environment, host_command, start_host
 
 
 @dataclass(frozen=True)

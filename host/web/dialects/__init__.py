@@ -1,5 +1,5 @@
 """The neighbours' dialects: thin adapters from other systems' HTTP APIs to the one query core.
 
-Each module reads its dialect's request, asks `host.query` (or the embedders) as `POST /` does,
+Each module reads its dialect's request, asks `host.search.query` (or the embedders) as `POST /` does,
 and writes its dialect's answer and errors. None ranks, budgets or filters by itself.
 """

@@ -29,8 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 
 from host.embedders.errors import EmbedderError, NoEmbedder
-from host.errors import NothingLoaded, QueryError
-from host.query import choose_model
+from host.search.errors import NothingLoaded, QueryError
+from host.search.query import choose_model
 from host.web.caller import Caller, request_caller
 from host.web.context_block import render_context_block
 from host.web.errors import HTTPError

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from host.embedders.errors import EmbedderError, EmbedderTimeout, NoEmbedder
-from host.library_format import parse_json
+from host.library.format import parse_json
 from host.web.caller import request_caller
 from host.web.errors import HTTPError
 from host.web.responses import JSON, cache_headers, render_json

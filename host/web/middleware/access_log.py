@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from host.process import ACCESS_LOG
+from host.service.process import ACCESS_LOG
 from host.web.metrics import Metrics
 
 access_log = logging.getLogger(ACCESS_LOG)

@@ -1,8 +1,8 @@
 """The page's data for one caller: plain dataclasses built from the query core, nothing rendered.
 
 The templates render a `PageData`; `GET /` with `Accept: application/json` sends it as JSON (the
-same contract). Everything comes from `host.query.run_query` (ranked sections), from
-`sampling.sample_rows` (random ones) and `host.results.result_bit` (each bit), for the caller's
+same contract). Everything comes from `host.search.query.run_query` (ranked sections), from
+`sampling.sample_rows` (random ones) and `host.results.bits.result_bit` (each bit), for the caller's
 grant only:
 
 - a bit, a library, a model or a count the grant may not see is never in it; what a caller
@@ -23,11 +23,11 @@ from urllib.parse import quote, urlsplit
 import numpy as np
 
 from access import Grant
-from host.catalog import Catalog
-from host.index import ModelIndex
-from host.query import Query, SearchPolicy, narrowing_mask, run_query
-from host.results import result_bit
-from host.store import CompiledLibrary
+from host.catalog.generations import Catalog
+from host.catalog.model_index import ModelIndex
+from host.results.bits import result_bit
+from host.search.query import Query, SearchPolicy, narrowing_mask, run_query
+from host.store.compiled import CompiledLibrary
 from host.web.page.maps import LibraryMap, Projection, ProjectionCache, library_map, project_library
 from host.web.page.request import MAX_BITS, Budget, Notice, PageRequest, page_href
 from host.web.page.sampling import sample_rows

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from cachetools import LRUCache
 
-from host.index import ModelIndex
+from host.catalog.model_index import ModelIndex
 
 MAX_POINTS = 1500
 SAMPLE_SEED = 20240611

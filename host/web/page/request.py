@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 from urllib.parse import urlencode
 
-from host.engine import CountType
+from host.search.engine import CountType
 
 MAX_QUERY_CHARACTERS = 10_000  # as POST / (host.web.query_args)
 MAX_BITS = 100  # a page longer than this is not read; POST / serves larger budgets

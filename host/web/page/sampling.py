@@ -2,7 +2,7 @@
 
 "Nothing asked" is not a query: the bits are drawn uniformly, without replacement, from the
 visible rows (every visible bit equally likely at every place), and the budget rule of
-`host.engine.apply_budget` is applied to them in the order drawn. No similarity is made up.
+`host.search.budget.apply_budget` is applied to them in the order drawn. No similarity is made up.
 
 The draw depends only on the visible rows in order and on `rng`: hidden rows take no part in
 it, so a caller without a tag gets exactly the sample a host without the hidden bits would give
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from host.engine import CountType, apply_budget
-from host.index import ModelIndex
+from host.catalog.model_index import ModelIndex
+from host.search.engine import CountType, apply_budget
 
 
 def sample_rows(index: ModelIndex, visible: np.ndarray | None, count: int, count_type: CountType, max_bits: int,

@@ -33,7 +33,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from host.embedders.errors import EmbedderError, NoEmbedder
-from host.errors import NothingLoaded, QueryError
+from host.search.errors import NothingLoaded, QueryError
 from host.web.errors import HTTPError, from_core
 from host.web.responses import JSON, render_json
 

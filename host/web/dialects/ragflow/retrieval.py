@@ -5,7 +5,7 @@
      "highlight": false, "metadata_condition": {...}, "keyword": false, "rerank_id": null, ...}
     -> {"code": 0, "data": {"chunks": [...], "doc_aggs": [{"doc_name", "doc_id", "count"}], "total": N}}
 
-The question is embedded with the datasets' model, then `host.query.run_hybrid_query` ranks the
+The question is embedded with the datasets' model, then `host.search.query.run_hybrid_query` ranks the
 visible bits of the named datasets (narrowed by `document_ids`, else by `metadata_condition`, both
 through the constraint engine) by `w·vector + (1-w)·term`, keeps the best `top_k`, then those
 at or above the threshold (no threshold when w is 0, as RAGFlow). `total` and `doc_aggs` count
@@ -31,9 +31,9 @@ from starlette.responses import Response
 from host.constraints import And, Compare, ConstraintError, Everything, Node, Or, parse_metadata_condition
 from host.constraints.words import fold, words
 from host.embedders.errors import EmbedderError
-from host.hybrid import HybridQuery, HybridSelection
-from host.library_format import parse_json
-from host.query import run_hybrid_query
+from host.library.format import parse_json
+from host.search.hybrid import HybridQuery, HybridSelection
+from host.search.query import run_hybrid_query
 from host.web.caller import request_caller
 from host.web.dialects.ragflow.envelope import ARGUMENT_ERROR, DATA_ERROR, RAGFlowError, ragflow_endpoint, success
 from host.web.dialects.ragflow.highlight import highlight

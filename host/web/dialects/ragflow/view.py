@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from host.catalog import Catalog
+from host.catalog.generations import Catalog
+from host.catalog.model_index import ModelIndex
 from host.constraints import text_index_of
 from host.constraints.text_index import ValueIndex
-from host.index import ModelIndex
-from host.store import CompiledLibrary
+from host.store.compiled import CompiledLibrary
 
 INFO_KEYS = ("url", "title", "description", "image_url")
 

@@ -16,7 +16,7 @@ A library file is parsed once and written to its own folder in the cache:
                         embedding norm (which bounds the rounding error of a float32 dot product)
                         and a digest of the public bits (a reload shows only if they changed)
 
-A library of at least `CLUSTER_FROM` bits (host/clusters.py) is stored clustered: every file
+A library of at least `CLUSTER_FROM` bits (host/store/clusters.py) is stored clustered: every file
 above holds its rows sorted by cluster (rows of a cluster in file order), and three more say how:
 
     source_rows.npy     (bits,) int64, the row in the library file of each stored row
@@ -49,11 +49,11 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from host.clusters import CLUSTER_FROM, plan_layout
 from host.constraints.text_index import TextIndex, build_text_index, open_text_index, save_text_index
-from host.library_format import LibraryFormatError, ParsedLibrary, parse_json, parse_library
-from host.sign_codes import sign_codes, words_for
-from host.visibility import PUBLIC, allowed_tag_ids
+from host.library.format import LibraryFormatError, ParsedLibrary, parse_json, parse_library
+from host.library.visibility import PUBLIC, allowed_tag_ids
+from host.store.clusters import CLUSTER_FROM, plan_layout
+from host.store.sign_codes import sign_codes, words_for
 
 STORE_FORMAT = 6  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json; 6: the clustered layout
 ROW_BLOCK = 1 << 14  # rows copied at a time when writing a permuted matrix (no second full copy)
@@ -85,7 +85,7 @@ class CompiledLibrary:
     tag_ids: np.ndarray
     tags: tuple[str, ...]
     ids: np.ndarray
-    sign_codes: np.ndarray  # (words, bits) uint64, word-major: see host/sign_codes.py
+    sign_codes: np.ndarray  # (words, bits) uint64, word-major: see host/store/sign_codes.py
     records: np.ndarray  # uint8 memory map of records.bin
     record_offsets: np.ndarray
     details: dict[str, Any]
@@ -166,7 +166,7 @@ def write_compiled(library: ParsedLibrary, folder: Path, source_key: SourceKey, 
                    cluster_from: int = CLUSTER_FROM) -> None:
     """Write `library` to `folder` atomically: build beside it, then rename into place.
 
-    From `cluster_from` bits the rows are stored in a clustered layout (host/clusters.py).
+    From `cluster_from` bits the rows are stored in a clustered layout (host/store/clusters.py).
     """
     folder.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))

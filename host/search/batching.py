@@ -4,7 +4,7 @@ An exact query reads the whole matrix once (586 MB at 100k bits of 1536 dimensio
 is bound by memory bandwidth, and concurrent queries each streaming it by themselves make a
 queue, not a multiplier. Here one pass goes round the matrix step by step (`STEP_ROWS` rows at a
 time) for as long as queries want it, and each step scores its rows for every query aboard at
-once (host/products.py: per-row dot products for a few queries, one matrix-matrix product for
+once (host/search/products.py: per-row dot products for a few queries, one matrix-matrix product for
 more: 16 queries cost ~3x one, not 16x, on the machine of docs/performance.md). A query boards
 at the next step, wherever the pass is, and leaves when it has been round once: it never waits
 for company, nor for a pass to finish, only for the step under way (a millisecond or two).
@@ -15,7 +15,7 @@ longer than its own pass. Boarding is capped (`max_batch` queries per step); the
 the gangway for a seat.
 
 The products give each query the same fast float32 scores it would get alone, up to float32
-rounding. Those scores only choose candidates (host/budget.py re-scores every row within the
+rounding. Those scores only choose candidates (host/search/budget.py re-scores every row within the
 rounding margin exactly), so every answer is identical to one-at-a-time ranking.
 
 One batcher per process (`BATCHER`); every thread of the process (the server's thread pool)
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from host.index import ModelIndex
-from host.products import rows_dots_many
+from host.catalog.model_index import ModelIndex
+from host.search.products import rows_dots_many
 
 MAX_BATCH = 64  # queries scored together in one step at most
 BATCH_FROM = 4_096  # bits from which sharing pays (below, one product takes tens of microseconds)
@@ -175,7 +175,7 @@ class ScanBatcher:
 def score_rows(index: ModelIndex, queries: np.ndarray, outs: list[np.ndarray], first: int = 0,
                last: int | None = None) -> np.ndarray:
     """Fast scores of rows [first, last) of `index` (all by default) for each query (`queries[i]`
-    into `outs[i]`), reading those rows once (host/products.py)."""
+    into `outs[i]`), reading those rows once (host/search/products.py)."""
     last = index.bit_count if last is None else last
     for library, offset in zip(index.libraries, index.offsets[:-1].tolist()):
         start, stop = max(first, offset), min(last, offset + library.bit_count)

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from access import Grant
-from host.catalog import Catalog
-from host.clusters import CLUSTER_FROM
+from host.catalog.generations import Catalog
+from host.catalog.model_index import ModelIndex
 from host.constraints import Node, constraint_mask
-from host.engine import PROBES, CountType, Search, Selection, rank
-from host.errors import NothingLoaded, QueryError
-from host.hybrid import HybridQuery, HybridSelection, rank_hybrid
-from host.index import ModelIndex
+from host.search.engine import PROBES, CountType, Search, Selection, rank
+from host.search.errors import NothingLoaded, QueryError
+from host.search.hybrid import HybridQuery, HybridSelection, rank_hybrid
+from host.store.clusters import CLUSTER_FROM
 
 SEARCH_MODES = ("auto", "exact", "approximate")
 
@@ -91,7 +91,7 @@ def run_query(index: ModelIndex, query: Query, grant: Grant, policy: SearchPolic
 
 
 def run_hybrid_query(index: ModelIndex, query: HybridQuery, grant: Grant) -> HybridSelection:
-    """The bits `grant` may see that best answer `query` by `w·vector + (1-w)·term` (host/hybrid.py)."""
+    """The bits `grant` may see that best answer `query` by `w·vector + (1-w)·term` (host/search/hybrid.py)."""
     return rank_hybrid(index, query, index.visible_rows(grant.access_tags), narrowing_mask(index, query))
 
 

@@ -1,8 +1,8 @@
 """Ranking (SPEC §3): a fast float32 pass finds candidates, exact re-scoring orders them, hidden
-rows are masked, the budget rule is applied (host/budget.py).
+rows are masked, the budget rule is applied (host/search/budget.py).
 
 Three ways to find candidates, one result: the exact scan (one matrix-vector product over every
-row), the cluster scan (the nearest clusters of clustered libraries, host/cluster_scan.py) and
+row), the cluster scan (the nearest clusters of clustered libraries, host/search/cluster_scan.py) and
 the sign-code scan (approximate search over libraries stored without clusters). Whatever the
 way, the similarities a caller sees are `exact_scores` and equal scores rank in file order.
 
@@ -11,7 +11,7 @@ the caller's visibility mask, so it can only narrow what the caller sees. A simi
 threshold ends the ranked list at the first bit below it, before the budget is applied.
 
 Everything here takes arrays and returns arrays: no HTTP, no files, no JSON. Working buffers
-come from host/scratch.py (per thread), so a query allocates no large array of its own.
+come from host/search/scratch.py (per thread), so a query allocates no large array of its own.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from functools import partial
 
 import numpy as np
 
-from host.batching import BATCHER
-from host.budget import (
+from host.catalog.model_index import ModelIndex
+from host.search.batching import BATCHER
+from host.search.budget import (
     FIRST_GUESS_FOR_TOKENS,
     GROWTH,
     NEGATIVE_INFINITY,
@@ -34,10 +35,9 @@ from host.budget import (
     rounding_margin,
     select,
 )
-from host.cluster_scan import ClusterScan
-from host.index import ModelIndex
-from host.scratch import SCRATCH
-from host.sign_codes import hamming_distances
+from host.search.cluster_scan import ClusterScan
+from host.search.scratch import SCRATCH
+from host.store.sign_codes import hamming_distances
 
 __all__ = [
     "EXACT",
@@ -73,7 +73,7 @@ class Selection:
 def similarities(index: ModelIndex, query: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Dot product of `query` with every row (into `out` when given): the only full pass over the matrix.
 
-    Queries asking at the same time share one pass (host/batching.py). These float32 scores only
+    Queries asking at the same time share one pass (host/search/batching.py). These float32 scores only
     find candidates: a row's score here can depend on the kernel, the rows around it and the
     batch. Returned similarities and their order come from `exact_scores`.
     """

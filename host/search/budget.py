@@ -1,6 +1,6 @@
 """What every scan does with its candidates: exact re-scoring, the k best, the budget rule.
 
-A scan (host/engine.py, host/cluster_scan.py) finds candidates with fast float32 scores; the
+A scan (host/search/engine.py, host/search/cluster_scan.py) finds candidates with fast float32 scores; the
 functions here turn them into the answer a caller sees: every row that could be in the exact top
 k is re-scored exactly (`exact_scores`: float64 accumulation rounded to float32), equal scores
 rank in file order, and the budget (SPEC §3) and similarity threshold cut the list.
@@ -13,7 +13,7 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-from host.scratch import SCRATCH
+from host.search.scratch import SCRATCH
 
 CountType = Literal["token", "bit"]
 FIRST_GUESS_FOR_TOKENS = 64  # candidates taken before the token budget is known to be filled

@@ -12,10 +12,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from host.batching import MAX_BATCH
-from host.clusters import CLUSTER_FROM
-from host.engine import PROBES
-from host.store import DEFAULT_MAX_SOURCE_BYTES
+from host.search.batching import MAX_BATCH
+from host.search.engine import PROBES
+from host.store.clusters import CLUSTER_FROM
+from host.store.compiled import DEFAULT_MAX_SOURCE_BYTES
 
 ENVIRONMENT_VARIABLE = "POLYMATH_HOST_SETTINGS"  # how `serve --workers N` hands settings to workers
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from host.catalog import Catalog, discover, load_catalog
+from host.catalog.generations import Catalog, discover, load_catalog
 
 log = logging.getLogger("polymath_host.reload")
 

@@ -35,8 +35,8 @@ def limit_blas_threads(threads: int) -> None:
 
 
 def configure_scans(threads: int, max_batch: int) -> None:
-    """This process's batcher of exact passes (host/batching.py): threads per pass, queries per pass."""
-    from host.batching import BATCHER
+    """This process's batcher of exact passes (host/search/batching.py): threads per pass, queries per pass."""
+    from host.search.batching import BATCHER
 
     BATCHER.configure(threads=threads, max_batch=max_batch)
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from host.index import ModelIndex
-from host.library_format import LibraryFormatError
-from host.store import DEFAULT_MAX_SOURCE_BYTES, CompiledLibrary, StoreError, load_library, open_compiled
+from host.catalog.model_index import ModelIndex
+from host.library.format import LibraryFormatError
+from host.store.compiled import DEFAULT_MAX_SOURCE_BYTES, CompiledLibrary, StoreError, load_library, open_compiled
 
 COMPILED_FOLDER = ".compiled"
 

@@ -1,10 +1,10 @@
 """Approximate search over clustered libraries (an inverted file): the nearest clusters, scored.
 
-A clustered library (host/clusters.py) stores each cluster's rows back to back. A query ranks the
+A clustered library (host/store/clusters.py) stores each cluster's rows back to back. A query ranks the
 centroids, takes the nearest clusters until they hold enough rows the caller may see (at least
 `probes` clusters and `oversample` visible rows, and GROWTH times the bits the budget wants),
 scores those contiguous slices of the one memory-mapped matrix, and fills the budget from them
-exactly as an exact scan would (host/budget.py: margin candidates re-scored exactly, ties in file
+exactly as an exact scan would (host/search/budget.py: margin candidates re-scored exactly, ties in file
 order). If that pool cannot fill the budget, it grows; once it would hold half the visible rows,
 an exact scan is cheaper and the caller is told to run one.
 
@@ -19,7 +19,8 @@ from functools import partial
 
 import numpy as np
 
-from host.budget import (
+from host.catalog.model_index import ClusterTable, ModelIndex
+from host.search.budget import (
     FIRST_GUESS_FOR_TOKENS,
     GROWTH,
     NEGATIVE_INFINITY,
@@ -29,9 +30,8 @@ from host.budget import (
     rounding_margin,
     select,
 )
-from host.index import ClusterTable, ModelIndex
-from host.products import row_dots
-from host.scratch import SCRATCH
+from host.search.products import row_dots
+from host.search.scratch import SCRATCH
 
 COUNT_CHUNK = 64  # clusters whose visible rows are counted at a time, under a constraint
 

@@ -2,7 +2,7 @@
 
 A query is answered from one ModelIndex: its rows are the libraries' stored rows end to end, in
 path order. Which rows a caller may see is worked out here once per grant and cached. Clustered
-libraries (host/clusters.py) store their rows in cluster order: `tie_keys` gives each row's place
+libraries (host/store/clusters.py) store their rows in cluster order: `tie_keys` gives each row's place
 in file order, so that equal scores rank as they would in the files, and `clusters` lists every
 cluster of every library under the one row numbering.
 """
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from host.store import CompiledLibrary
-from host.visibility import allowed_tag_ids
+from host.library.visibility import allowed_tag_ids
+from host.store.compiled import CompiledLibrary
 
 
 @dataclass(frozen=True)

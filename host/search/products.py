@@ -9,20 +9,20 @@ kernel's target (OPENBLAS_CORETYPE=Haswell or Zen: the same) or threads (one eac
 is the slow part. `np.vecdot(E, q)` runs BLAS's sdot once per row, which streams like faiss's
 loop: it is the one-query kernel (scripts/bench_index.py, `kernels`, measures all of them).
 
-Several queries at once (host/batching.py): sdot over each row for every query while the row is
+Several queries at once (host/search/batching.py): sdot over each row for every query while the row is
 in cache (`vecdot` broadcast) wins up to a few queries, where sgemm's packing of the matrix
 costs more than it saves (2 queries: one pass, 31 ms, against 94 ms); from `GEMM_FROM` queries
 on, sgemm's arithmetic wins (16 queries: 122 against 159 ms). Both go block by block of rows, so
 the per-query results are spread into each query's own array from a small block in cache.
 
-These float32 products only find candidates (host/budget.py): any summation order is fine.
+These float32 products only find candidates (host/search/budget.py): any summation order is fine.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from host.scratch import SCRATCH
+from host.search.scratch import SCRATCH
 
 GEMM_FROM = 8  # queries from which one matrix-matrix product beats per-row dot products
 BLOCK_ROWS = 1024  # rows scored at a time for several queries: sgemm was 8-15% faster than with 2048

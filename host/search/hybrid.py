@@ -24,10 +24,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from host.budget import best_rows, exact_scores, rounding_margin
+from host.catalog.model_index import ModelIndex
 from host.constraints import Node, model_term_similarity
-from host.engine import SUBSET_SHARE, narrowed, similarities
-from host.index import ModelIndex
+from host.search.budget import best_rows, exact_scores, rounding_margin
+from host.search.engine import SUBSET_SHARE, narrowed, similarities
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""Library files: the SPEC's JSON format parsed and checked (format), and who may see a bit (visibility)."""

@@ -1,0 +1,1 @@
+"""Library rows turned into the version-1 libraries clients read: bits, query answers, published files."""

@@ -1,0 +1,67 @@
+"""A query's selection as the result library clients read (SPEC §3), and its size before rendering."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from host.catalog.model_index import ModelIndex
+from host.library.format import FORMAT_VERSION, Omit
+from host.results.bits import selection_bits
+from host.search.engine import Selection
+
+RESTRICTED_PREFIX = "Restricted results were omitted. "
+BYTES_AROUND_BITS = 400  # version, model, omit, sort, details
+BYTES_PER_BIT = 200  # keys, punctuation, the id, similarity and token count
+
+
+def build_result(
+    index: ModelIndex,
+    selection: Selection,
+    omit: Omit,
+    *,
+    binary_embeddings: bool = False,
+    restricted_count: bool = False,
+    restricted_message: str = "",
+) -> dict[str, Any]:
+    """The result library of a query (SPEC §3)."""
+    bits = [] if omit.everything else selection_bits(index, selection, omit, binary_embeddings=binary_embeddings)
+    return {**result_header(index, selection, omit, restricted_count=restricted_count,
+                            restricted_message=restricted_message), "bits": bits}
+
+
+def result_header(index: ModelIndex, selection: Selection, omit: Omit, *, restricted_count: bool = False,
+                  restricted_message: str = "") -> dict[str, Any]:
+    """The result library without its bits (`bits` last and empty: the answer can be streamed)."""
+    details: dict[str, Any] = {"counts": {"bits": len(selection.rows)}}
+    if restricted_count:
+        details["counts"]["restricted"] = selection.restricted
+    if restricted_message and selection.restricted:
+        details["message"] = RESTRICTED_PREFIX + restricted_message
+    return {
+        "version": FORMAT_VERSION,
+        "embedding_model": index.model,
+        "omit": omit.to_wire(),
+        "sort": "similarity",
+        "details": details,
+        "bits": [],
+    }
+
+
+def estimated_answer_bytes(index: ModelIndex, selection: Selection, omit: Omit, *, binary_embeddings: bool) -> int:
+    """About how many bytes `build_result` would render to, known before rendering any of it.
+
+    A bit's record (text and info) takes about as many bytes in JSON as in its stored msgpack form;
+    its embedding takes 4 bytes a value, 4/3 of that in base64.
+    """
+    if omit.everything or not len(selection.rows):
+        return BYTES_AROUND_BITS
+    per_bit = BYTES_PER_BIT
+    if "embedding" not in omit:
+        per_bit += index.dimension * 4 if binary_embeddings else -(-index.dimension * 4 // 3) * 4
+    records = 0
+    if "text" not in omit or "info" not in omit:
+        for position, library in enumerate(index.libraries):
+            start, stop = index.offsets[position], index.offsets[position + 1]
+            local = selection.rows[(selection.rows >= start) & (selection.rows < stop)] - start
+            records += int((library.record_offsets[local + 1] - library.record_offsets[local]).sum())
+    return BYTES_AROUND_BITS + len(selection.rows) * per_bit + records

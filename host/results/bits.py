@@ -1,0 +1,79 @@
+"""A compiled row as the bit clients read (SPEC §2): the one place a bit's JSON is built.
+
+Query results, library files served as static assets and the page all use `result_bit`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from host.catalog.model_index import ModelIndex
+from host.library.format import Omit, encode_embedding, parse_omit
+from host.search.engine import Selection
+from host.store.compiled import CompiledLibrary
+
+OMIT_NOTHING = parse_omit("")
+_WORD = re.compile(r"\S+")
+
+
+def cut_text_to_tokens(text: str, token_count: int, budget: int) -> str:
+    """Keep the share of whole words that `budget` is of `token_count`.
+
+    The library only tells us how many tokens a bit has, not where they fall, so we keep the
+    same proportion of words: a cut by tokens on average, never a cut inside a word.
+    """
+    if token_count <= budget:
+        return text
+    words = list(_WORD.finditer(text))
+    keep = len(words) * budget // token_count
+    return text[: words[keep - 1].end()] if keep else ""
+
+
+def result_bit(
+    library: CompiledLibrary,
+    row: int,
+    omit: Omit = OMIT_NOTHING,
+    *,
+    similarity: float | None = None,
+    cut_to_tokens: int | None = None,
+    binary_embedding: bool = False,
+) -> dict[str, Any]:
+    """One bit as clients read it. It carries its canonical `id` (clients compare bits by it) and
+    never its `access_tag`. `cut_to_tokens` cuts the text to that budget (an overflowing first
+    bit); `binary_embedding` gives raw float32 bytes (for msgpack) in place of base64."""
+    record = library.record(row)
+    token_count = int(library.token_counts[row])
+    text = record["text"]
+    if cut_to_tokens is not None:
+        text = cut_text_to_tokens(text, token_count, cut_to_tokens)
+        token_count = cut_to_tokens
+    bit: dict[str, Any] = {"id": library.bit_id(row)}
+    if "text" not in omit:
+        bit["text"] = text
+    if "embedding" not in omit:
+        vector = np.asarray(library.embeddings[row], dtype="<f4")
+        bit["embedding"] = vector.tobytes() if binary_embedding else encode_embedding(vector)
+    if "token_count" not in omit:
+        bit["token_count"] = token_count
+    if "similarity" not in omit and similarity is not None:
+        bit["similarity"] = similarity
+    if "info" not in omit:
+        bit["info"] = record["info"]
+    return bit
+
+
+def selection_bits(index: ModelIndex, selection: Selection, omit: Omit = OMIT_NOTHING, *,
+                   binary_embeddings: bool = False, start: int = 0, stop: int | None = None) -> list[dict[str, Any]]:
+    """The selected rows (from `start` to `stop`) as bits, best first; the first is cut when it alone
+    overflowed the budget."""
+    rows, scores = selection.rows[start:stop].tolist(), selection.scores[start:stop].tolist()
+    bits = []
+    for position, (row, score) in enumerate(zip(rows, scores, strict=True), start):
+        library, local = index.locate(row)
+        cut = selection.first_bit_cut_to if position == 0 else None
+        bits.append(result_bit(library, local, omit, similarity=score, cut_to_tokens=cut,
+                               binary_embedding=binary_embeddings))
+    return bits
