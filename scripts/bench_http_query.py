@@ -84,7 +84,7 @@ def start_server(folder: Path, root: Path | None, options: list[str], log: Path)
     from the checkout `root` when given. Returns once it is ready and has gone quiet (the local
     embedder loads in the background at start)."""
     environment = {"PYTHONPATH": str(root)} if root is not None else None
-    host = spawn_host(folder, *options, env=environment, log_path=log, own_session=True)
+    host = spawn_host(folder, *options, env=environment, log_path=log, own_session=True, workers=None)
     host.wait_until_ready("/readyz", timeout=600)
     settle(host)
     return host
@@ -234,7 +234,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "recall": float(np.mean(http_recall[name])),
             "miss_cpu": float(np.median(miss_cpu[name])), "hit_cpu": float(np.median(hit_cpu[name])),
             "extra_cpu": float(np.median(miss_cpu[name]) - np.median(hit_cpu[name])),
-            "startup_lines": [line for line in logs[name].splitlines() if "populated" in line or "worker" in line],
+            "startup_lines": [line for line in logs[name].splitlines()
+                              if "populated" in line or "worker processes" in line or " serving: " in line],
         }
     for nprobe in NPROBES:
         results["faiss"][nprobe] = {"p50": float(np.median(faiss_times[nprobe])),

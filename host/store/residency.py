@@ -97,12 +97,16 @@ class Populated:
     seconds: float = 0.0
 
     def describe(self, budget: int) -> str:
-        said = f"populated the memory maps of {self.libraries} libraries ({self.bytes / 2**20:,.0f} MiB) " \
-               f"in {self.seconds:.2f} s"
+        said = f"populated the memory maps of {self.libraries} {_libraries(self.libraries)} " \
+               f"({self.bytes / 2**20:,.1f} MiB) in {self.seconds:.2f} s"
         if self.left:
-            said += (f"; {self.left} ({self.left_bytes / 2**20:,.0f} MiB) are read as queries touch them: over "
-                     f"--populate-bytes ({budget / 2**20:,.0f} MiB)")
+            said += (f"; {self.left} {_libraries(self.left)} ({self.left_bytes / 2**20:,.1f} MiB) read as queries "
+                     f"touch them: over --populate-bytes ({budget:,} bytes)")
         return said
+
+
+def _libraries(count: int) -> str:
+    return "library" if count == 1 else "libraries"
 
 
 class Residency:

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 from collections.abc import AsyncIterator
+from concurrent.futures import Future
 from contextlib import asynccontextmanager, suppress
 from functools import partial
 
@@ -27,8 +28,9 @@ from host.catalog.reloader import LibraryWatcher
 from host.embedders.errors import EmbedderError, NoEmbedder
 from host.embedders.service import Embedders, build_embedders
 from host.search.errors import NothingLoaded, QueryError
-from host.service.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans, limit_blas_threads
+from host.service.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans, limit_blas_threads, own_memory
 from host.service.settings import Settings
+from host.store.residency import mapped_bytes
 from host.web.caller import verified_subject
 from host.web.dialects import mcp_server, openai_embeddings, ragflow
 from host.web.errors import HTTPError, from_core
@@ -93,9 +95,11 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
             watcher.start()
             with suppress(NotImplementedError, RuntimeError, ValueError):  # no signals off the main thread
                 asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, watcher.request_reload)
-        state.embedders.start_loading()  # so the first text query does not wait for a model to load
+        loading = state.embedders.start_loading()  # so the first text query does not wait for a model to load
+        said = asyncio.create_task(say_memory(state, loading))
         async with mcp_server.running(mcp):
             yield
+        said.cancel()
         if settings.watch_interval > 0:
             watcher.stop()
         state.embedders.close()
@@ -140,6 +144,15 @@ def embedders_for(settings: Settings, catalog: Catalog) -> Embedders:
     return build_embedders(settings.embedder, settings.embedder_url, settings.embedder_model,
                            settings.embedder_library_model, index.dimension if index else None,
                            timeout=settings.embedder_timeout)
+
+
+async def say_memory(state: HostState, loading: list[Future[None]]) -> None:
+    """Log what this serving process costs in memory of its own, once its embedders are loaded."""
+    await asyncio.gather(*(asyncio.wrap_future(future) for future in loading), return_exceptions=True)
+    shared = sum(mapped_bytes(library) for library in state.catalog.libraries)
+    log.info("process %d serving: %s MiB of memory of its own (anonymous memory and page tables%s); the "
+             "libraries' %s MiB of memory maps are shared by every worker", os.getpid(), f"{own_memory() / 2**20:,.0f}",
+             ", with its embedder" if loading else "", f"{shared / 2**20:,.0f}")
 
 
 def app_from_environment() -> Starlette:

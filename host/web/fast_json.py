@@ -29,6 +29,7 @@ from host.library.format import parse_json as parse_json_exactly
 
 _ENCODER = msgspec.json.Encoder()
 _DECODER = msgspec.json.Decoder()
+_LEAVES = frozenset({str, int, bool, type(None)})  # rendered by msgspec exactly as by json
 
 
 class _Unusual(Exception):
@@ -45,22 +46,18 @@ def render_json(content: Any) -> bytes:
 
 def _with_exact_floats(value: Any) -> Any:
     """`value` with every float replaced by its `repr` as raw JSON; _Unusual for anything the fast
-    path must not render (the exact types only: a str or int subclass may render differently)."""
+    path must not render (only these exact types: a subclass of str or int may render differently)."""
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
-        return value
     if kind is dict:
-        rendered = {}
-        for key, item in value.items():
+        for key in value:
             if type(key) is not str:
                 raise _Unusual
-            rendered[key] = _with_exact_floats(item)
-        return rendered
+        return {key: item if type(item) in _LEAVES else _with_exact_floats(item) for key, item in value.items()}
     if kind is list or kind is tuple:
-        return [_with_exact_floats(item) for item in value]
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise _Unusual
+        return [item if type(item) in _LEAVES else _with_exact_floats(item) for item in value]
+    if kind in _LEAVES:
+        return value
+    if isinstance(value, float) and math.isfinite(value):
         return msgspec.Raw(float.__repr__(value).encode())
     raise _Unusual
 
