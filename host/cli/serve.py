@@ -16,6 +16,7 @@ from host.catalog.generations import load_catalog
 from host.cli.common import add_setting_options, say
 from host.service.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans, cores, limit_blas_threads
 from host.service.settings import ENVIRONMENT_VARIABLE, Settings
+from host.store.residency import Residency
 
 DEFAULT_ACCESS_FILE = Path("access.SECRET.json")
 
@@ -95,8 +96,10 @@ def serve_command(args: argparse.Namespace) -> int:
         say(f"{args.workers} worker processes" + (" (one per core)" if args.workers == cores() else "")
             + ", sharing the libraries' memory maps; --workers 1 serves from one process")
         # Workers are separate processes: they get the settings through the environment and
-        # open the libraries this process has just compiled. This process only supervises them:
-        # it lets go of its own copy of the catalog's arrays.
+        # open the libraries this process has just compiled. Read into the page cache here first
+        # (in 2 MB pages where they can be), the maps are there for every worker to map at once.
+        # This process only supervises them: it lets go of the catalog.
+        Residency(settings.populate_bytes).admit(catalog.libraries)
         del catalog, embedders
         os.environ[ENVIRONMENT_VARIABLE] = settings.to_environment()
         os.environ[LOG_LEVEL_VARIABLE] = args.log_level

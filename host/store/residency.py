@@ -7,7 +7,9 @@ hundreds of faults. Populating the map (`madvise(MADV_POPULATE_READ)`, Linux 5.1
 read-ahead elsewhere) reads the file into the page cache once and maps every page up front.
 
 Only the maps a query reads are populated: the vectors, the records, and the sign codes of a
-library without clusters (a clustered one never reads them). The pages belong to the page cache,
+library without clusters (a clustered one never reads them). The vectors are mapped in 2 MB pages
+where the system's transparent huge pages allow it (`madvise` mode, the usual default, or
+`always`): a query's clusters then cost a TLB miss per 2 MB, not per 4 KB (`populate`). The pages belong to the page cache,
 shared by every worker and every process mapping the file; what a worker adds is its page tables
 (8 bytes a page: ~2 MB per GB mapped). They can still be evicted under memory pressure like any
 file page, so populating never makes a host run out of memory, but a store larger than the memory
@@ -20,6 +22,7 @@ brings in (on the watcher's thread) does not stop the server answering meanwhile
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import logging
@@ -29,6 +32,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -37,6 +41,7 @@ from host.store.compiled import CompiledLibrary
 log = logging.getLogger("polymath_host.store")
 MADV_POPULATE_READ = 22  # linux/mman.h (5.14+); Python's mmap module does not name it
 PAGE = mmap.PAGESIZE
+HUGE_PAGE = 2 << 20
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _libc.madvise.restype = ctypes.c_int
@@ -68,22 +73,80 @@ def mapped_bytes(library: CompiledLibrary) -> int:
 
 
 def _is_mapped(array: np.ndarray) -> bool:
+    return _base(array, mmap.mmap) is not None
+
+
+def _base(array: np.ndarray, kind: type) -> object | None:
     base = array.base
-    while base is not None and not isinstance(base, mmap.mmap):
+    while base is not None and not isinstance(base, kind):
         base = getattr(base, "base", None)
-    return base is not None
+    return base
 
 
-def populate(array: np.ndarray) -> bool:
-    """Read `array`'s pages into memory and map them all in this process (True), or at least start
-    reading them ahead (False, where the kernel has no MADV_POPULATE_READ)."""
+def _mapped_file(array: np.ndarray) -> str | None:
+    memmap = _base(array, np.memmap)
+    return getattr(memmap, "filename", None)
+
+
+def huge_pages_possible() -> bool:
+    """Whether transparent huge pages may back a mapping that asks for them (not `never`)."""
+    try:
+        return "[never]" not in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return False
+
+
+def populate(array: np.ndarray, *, huge: bool = False) -> None:
+    """Read `array`'s pages into memory and map them all in this process (where the kernel has no
+    MADV_POPULATE_READ: start reading them ahead).
+
+    With `huge`, in 2 MB pages where the system allows: a query reads a few clusters of rows at
+    random places, and with 4 KB pages every 4 KB of them costs a TLB miss (a cluster scan at 100k
+    bits took 0.41 ms in 2 MB pages against 0.52 ms in 4 KB ones). The page cache keeps a file in
+    large pages only if it read them so: a file cached in small pieces (as it was written) is let
+    go of and read again, once; the next processes to map it (the other workers) find it in 2 MB pages."""
     address = array.__array_interface__["data"][0]
     start = address - address % PAGE
     length = address + array.nbytes - start
-    if _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), MADV_POPULATE_READ) == 0:
-        return True
-    _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), mmap.MADV_WILLNEED)
-    return False
+    if huge:
+        _madvise(start, length, mmap.MADV_HUGEPAGE)
+    if _madvise(start, length, MADV_POPULATE_READ) != 0:
+        _madvise(start, length, mmap.MADV_WILLNEED)
+        return
+    path = _mapped_file(array)
+    if huge and path is not None and length >= HUGE_PAGE and in_huge_pages(start) < 0.5:
+        _madvise(start, length, mmap.MADV_DONTNEED)  # this process's small pages go: the cache may drop them
+        with contextlib.suppress(OSError):
+            descriptor = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(descriptor)
+        _madvise(start, length, MADV_POPULATE_READ)
+
+
+def _madvise(start: int, length: int, advice: int) -> int:
+    result: int = _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), advice)
+    return result
+
+
+def in_huge_pages(address: int) -> float:
+    """The share of the resident pages of this process's mapping at `address` mapped as 2 MB pages."""
+    rss = pmd = 0
+    inside = False
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/smaps").read_text().splitlines():
+            fields = line.split()
+            if not fields:
+                continue
+            if "-" in fields[0] and not fields[0].endswith(":"):
+                low, _, high = fields[0].partition("-")
+                inside = int(low, 16) <= address < int(high, 16)
+            elif inside and fields[0] == "Rss:":
+                rss = int(fields[1])
+            elif inside and fields[0] == "FilePmdMapped:":
+                pmd = int(fields[1])
+    return pmd / rss if rss else 0.0
 
 
 @dataclass
@@ -122,6 +185,7 @@ class Residency:
         while the total populated stays within the budget. Libraries no longer served stop counting."""
         started = time.perf_counter()
         done = Populated()
+        huge = huge_pages_possible()
         with self._lock:
             current = {id(library): library for library in libraries}
             self._populated = {key: held for key, held in self._populated.items() if key in current}
@@ -135,7 +199,7 @@ class Residency:
                     done.left_bytes += size
                     continue
                 for array in mapped_arrays(library):
-                    populate(array)
+                    populate(array, huge=huge and array is library.embeddings)
                 self._populated[key] = (library, size)
                 total += size
                 done.libraries += 1
