@@ -42,6 +42,7 @@ log = logging.getLogger("polymath_host.store")
 MADV_POPULATE_READ = 22  # linux/mman.h (5.14+); Python's mmap module does not name it
 PAGE = mmap.PAGESIZE
 HUGE_PAGE = 2 << 20
+_READING_AGAIN_HELPS = [True]  # until a file read again stays in small pages (this process)
 MOSTLY_HUGE = 0.9  # a map with less of it in 2 MB pages is read again (a cluster scan on one 60% so: no faster)
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
@@ -103,9 +104,11 @@ def populate(array: np.ndarray, *, huge: bool = False) -> None:
 
     With `huge`, in 2 MB pages where the system allows: a query reads a few clusters of rows at
     random places, and with 4 KB pages every 4 KB of them costs a TLB miss (a cluster scan at 100k
-    bits took 0.41 ms in 2 MB pages against 0.52 ms in 4 KB ones). The page cache keeps a file in
-    large pages only if it read them so: a file cached in small pieces (as it was written) is let
-    go of and read again, once; the next processes to map it (the other workers) find it in 2 MB pages."""
+    bits took 0.41 ms in 2 MB pages against 0.52 ms in 4 KB ones, on a busy machine; docs/performance.md).
+    The page cache holds a file in large pages when it read the file (Linux 6.x on ext4, XFS), not
+    when the file was written (a library just compiled): a map mostly in small pages is let go of
+    and read again, once; the next processes to map it (the other workers) find it in 2 MB pages.
+    Where reading again did not help (a file system without large pages), it is not tried again."""
     address = array.__array_interface__["data"][0]
     start = address - address % PAGE
     length = address + array.nbytes - start
@@ -115,7 +118,8 @@ def populate(array: np.ndarray, *, huge: bool = False) -> None:
         _madvise(start, length, mmap.MADV_WILLNEED)
         return
     path = _mapped_file(array)
-    if huge and path is not None and length >= HUGE_PAGE and in_huge_pages(start) < MOSTLY_HUGE:
+    if huge and path is not None and length >= HUGE_PAGE and _READING_AGAIN_HELPS[0] \
+            and in_huge_pages(start) < MOSTLY_HUGE:
         _madvise(start, length, mmap.MADV_DONTNEED)  # this process's small pages go: the cache may drop them
         with contextlib.suppress(OSError):
             descriptor = os.open(path, os.O_RDONLY)
@@ -124,6 +128,7 @@ def populate(array: np.ndarray, *, huge: bool = False) -> None:
             finally:
                 os.close(descriptor)
         _madvise(start, length, MADV_POPULATE_READ)
+        _READING_AGAIN_HELPS[0] = in_huge_pages(start) >= MOSTLY_HUGE
 
 
 def _madvise(start: int, length: int, advice: int) -> int:
