@@ -16,14 +16,18 @@ Recall@10 is against the exact top 10 (the host's exact `rank()`), for the HTTP 
 id) and for faiss (by row). The headline: the extra over the p50 of the first faiss setting with
 recall@10 >= 0.99, for the host with default settings and for a second host with the fewest
 clusters per query (`--probes N --oversample 0`) that reaches recall@10 >= 0.99 on these queries,
-as faiss's setting does: the default reads more (4 clusters and at least 1,000 rows) for recall 1. With `--baseline DIR` (a checkout of another commit, e.g. `git worktree add
-/tmp/base main`) a server of that code is measured in the same rounds too.
+as faiss's setting does: the default reads more (4 clusters and at least 1,000 rows) for recall 1.
+With `--baseline DIR` (a checkout of another commit, e.g. `git worktree add /tmp/base main`) a
+server of that code is measured in the same rounds too.
+
+Function for a bench step (scripts/benchmarks/http_query.py registers it): `measure_http_query`;
+`report`.
 
     python scripts/bench_http_query.py                      # 100k, top 10 bits
     python scripts/bench_http_query.py --count 1500 --count-type token --baseline /tmp/base
     python scripts/bench_http_query.py --serve-option=--workers --serve-option=1
 
-Needs `pip install -e '.[bench,test]'` (faiss-cpu, psutil). Progress on stderr, Markdown on stdout.
+Needs `pip install -e '.[bench]'` (faiss-cpu). Progress on stderr, Markdown on stdout.
 """
 
 from __future__ import annotations
@@ -158,10 +162,15 @@ def matched_probes(index: Any, queries: np.ndarray, truth_rows: list[np.ndarray]
     return 32
 
 
-def measure(args: argparse.Namespace) -> dict[str, Any]:
+def measure_http_query(workdir: Path, bits: int, *, queries_measured: int = 400, count: int = K,
+                       count_type: str = "bit", baseline: Path | None = None, serve_options: tuple[str, ...] = (),
+                       seed: int = 0) -> dict[str, Any]:
+    """The cache-miss extra of `serve` (default settings, then at the fewest probes reaching recall@10
+    >= 0.99, then `baseline`'s code if given) beside faiss IVFFlat, in one run."""
     from threadpoolctl import threadpool_limits
 
-    bits = SIZES[args.size]
+    args = argparse.Namespace(size=label(bits), queries=queries_measured, count=count, count_type=count_type,
+                              baseline=baseline, serve_option=list(serve_options), workdir=workdir, seed=seed)
     folder = ensure_library(args.workdir, bits, args.seed)
     index = open_index(folder, bits)
     matrix = index.libraries[0].embeddings
@@ -317,7 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     args.workdir.mkdir(parents=True, exist_ok=True)
-    results = measure(args)
+    results = measure_http_query(args.workdir, SIZES[args.size], queries_measured=args.queries, count=args.count,
+                                 count_type=args.count_type, baseline=args.baseline,
+                                 serve_options=tuple(args.serve_option), seed=args.seed)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     print(report(results))
