@@ -71,19 +71,30 @@ def _condition(condition: Any, where: str) -> Node:
     unknown = sorted(set(condition) - set(CONDITION_KEYS))
     if unknown:
         raise ConstraintError(f"unknown key {unknown[0]!r} in {where}; a condition has {', '.join(CONDITION_KEYS)}")
-    field = condition.get("name")
-    if not isinstance(field, str) or field not in LABELS:
-        raise ConstraintError(f"unknown field {field!r} in {where}.name; fields are {', '.join(LABELS)}")
     given = condition.get("comparison_operator")
     operator = ALIASES.get(given, given) if isinstance(given, str) else given
     if operator not in OPERATORS:
         raise ConstraintError(
             f"unsupported comparison_operator {given!r} in {where}; operators are {', '.join(OPERATORS)}"
         )
-    value = _value(condition.get("value"), operator, where)
+    return comparison(condition.get("name"), operator, condition.get("value"), where)
+
+
+def comparison(field: Any, operator: str, value: Any, where: str, *, labels: tuple[str, ...] = LABELS,
+               name_key: str = "name") -> Node:
+    """One field compared with one value: `operator` is one of OPERATORS (aliases already mapped).
+
+    Shared by every dialect's filter (RAGFlow's and Dify's metadata_condition, OpenAI's attribute
+    filters), so an operator means the same whichever door it came through. `where` names the
+    condition in errors and `name_key` the key holding its field; `labels` are the fields that
+    dialect may name.
+    """
+    if not isinstance(field, str) or field not in labels:
+        raise ConstraintError(f"unknown field {field!r} in {where}.{name_key}; fields are {', '.join(labels)}")
+    text = _value(value, operator, where)
     if field == "text":
-        return _text_condition(operator, value, where)
-    return Compare(field, cast(Operator, operator), fold(value))
+        return _text_condition(operator, text, where)
+    return Compare(field, cast(Operator, operator), fold(text))
 
 
 def _value(value: Any, operator: str, where: str) -> str:

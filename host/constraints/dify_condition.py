@@ -1,0 +1,87 @@
+"""Dify's `metadata_condition` (its External Knowledge API), translated onto the constraint syntax tree.
+
+    {"logical_operator": "and" | "or",
+     "conditions": [{"name": "title", "comparison_operator": "contains", "value": "jonah"}, ...]}
+
+Dify sends this object as its pydantic model dumps it, so `logical_operator` may be null (and)
+and `conditions` null or empty (nothing is restricted). Fields are the constraint labels (title,
+url, description, image_url, library, text); `name` may also be a list of them, as Dify's older
+documentation shows: the condition then holds when it holds for any of them.
+
+Every operator Dify defines means what the same word means in RAGFlow's metadata_condition
+(metadata_condition.py, the same `comparison`): contains, not contains, start with, end with,
+empty, not empty, =, ≠, >, <, ≥, ≤, with `is` / `is not` as = / ≠, `before` / `after` as < / >
+(numbers compare as numbers, anything else in code point order, so ISO dates compare as dates),
+`null` / `not null` (older documentation) as empty / not empty, and `in` / `not in` taking a list
+of values (or one string of comma-separated values) as = any of them / ≠ every one of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from host.constraints.errors import ConstraintError
+from host.constraints.metadata_condition import OPERATORS, comparison
+from host.constraints.parser import MAX_CHARS, MAX_TERMS
+from host.constraints.syntax import And, Everything, Node, Not, Or, leaves
+
+ALIASES = {"is": "=", "is not": "≠", "before": "<", "after": ">", "null": "empty", "not null": "not empty"}
+LISTS = ("in", "not in")
+DIFY_OPERATORS = (*OPERATORS, *ALIASES, *LISTS)
+CONDITION_KEYS = ("name", "comparison_operator", "value")
+WHERE = "metadata_condition"
+
+
+def parse_dify_condition(value: Any) -> Node:
+    """A Dify metadata_condition -> a syntax tree (Everything when it restricts nothing)."""
+    if value is None or (isinstance(value, Mapping) and not value):
+        return Everything()
+    if not isinstance(value, Mapping):
+        raise ConstraintError(f"{WHERE} must be an object, got {type(value).__name__}")
+    unknown = sorted(set(value) - {"logical_operator", "conditions"})
+    if unknown:
+        raise ConstraintError(f"unknown key {unknown[0]!r} in {WHERE}; it has logical_operator and conditions")
+    logic = value.get("logical_operator") or "and"
+    if logic not in ("and", "or"):
+        raise ConstraintError(f"{WHERE}.logical_operator must be 'and' or 'or', got {logic!r:.40}")
+    conditions = value.get("conditions") or []
+    if not isinstance(conditions, list):
+        raise ConstraintError(f"{WHERE}.conditions must be a list, got {type(conditions).__name__}")
+    if not conditions:
+        return Everything()
+    if len(str(conditions)) > MAX_CHARS * 4:
+        raise ConstraintError(f"{WHERE} holds over {MAX_CHARS * 4} characters")
+    nodes = tuple(_condition(condition, f"{WHERE}.conditions[{number}]") for number, condition in enumerate(conditions))
+    node = nodes[0] if len(nodes) == 1 else And(nodes) if logic == "and" else Or(nodes)
+    if leaves(node) > MAX_TERMS:
+        raise ConstraintError(f"{WHERE} makes {leaves(node)} comparisons, over the limit of {MAX_TERMS}")
+    return node
+
+
+def _condition(condition: Any, where: str) -> Node:
+    if not isinstance(condition, Mapping):
+        raise ConstraintError(f"{where} must be an object, got {type(condition).__name__}")
+    unknown = sorted(set(condition) - set(CONDITION_KEYS))
+    if unknown:
+        raise ConstraintError(f"unknown key {unknown[0]!r} in {where}; a condition has {', '.join(CONDITION_KEYS)}")
+    given = condition.get("comparison_operator")
+    if not isinstance(given, str) or given not in DIFY_OPERATORS:
+        raise ConstraintError(f"unsupported comparison_operator {given!r:.40} in {where}; "
+                              f"operators are {', '.join(DIFY_OPERATORS)}")
+    names = condition.get("name")
+    fields = names if isinstance(names, list) and names else [names]
+    value = condition.get("value")
+    nodes = tuple(_one_field(field, given, value, where) for field in fields)
+    return nodes[0] if len(nodes) == 1 else Or(nodes)
+
+
+def _one_field(field: Any, operator: str, value: Any, where: str) -> Node:
+    if operator not in LISTS:
+        return comparison(field, ALIASES.get(operator, operator), value, where)
+    values = [part.strip() for part in value.split(",")] if isinstance(value, str) else value
+    if not isinstance(values, list) or not values:
+        raise ConstraintError(f"{where}.value must be a non-empty list of values for {operator!r}")
+    equal = tuple(comparison(field, "=", item, where) for item in values)
+    anyone = equal[0] if len(equal) == 1 else Or(equal)
+    return anyone if operator == "in" else Not(anyone)
