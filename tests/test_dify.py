@@ -15,6 +15,14 @@ pytestmark = pytest.mark.anyio
 JONAH = "a great fish swallowed Jonah"
 
 
+async def post_slash(client: httpx.AsyncClient, **arguments: Any) -> dict[str, Any]:
+    """POST /'s answer to the same question, as a list of bits."""
+    response = await client.post("/", json={"query": JONAH, "query_embedding_model": EMBED.model, "count_type": "bit",
+                                            **arguments})
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
 @pytest.fixture(scope="module")
 def anyio_backend() -> str:
     return "asyncio"
@@ -83,7 +91,7 @@ async def test_the_documented_example_request_gets_the_documented_answer_shape(c
 
 async def test_scores_are_post_slash_similarities_best_first_within_top_k(client: httpx.AsyncClient) -> None:
     found = await records(client, request(top_k=4))
-    answer = (await client.post("/", json={"query": JONAH, "query_embedding_model": EMBED.model, "count": 4, "count_type": "bit"})).json()
+    answer = await post_slash(client, count=4)
 
     assert [record["metadata"]["bit_id"] for record in found] == [bit["id"] for bit in answer["bits"]]
     assert [record["score"] for record in found] == [min(1.0, max(0.0, bit["similarity"])) for bit in answer["bits"]]
@@ -96,8 +104,7 @@ async def test_score_threshold_is_post_slash_similarity_threshold(client: httpx.
     every = await records(client, request(top_k=10))
     threshold = every[1]["score"]
     kept = await records(client, request(top_k=10, score_threshold=threshold))
-    answer = (await client.post("/", json={"query": JONAH, "query_embedding_model": EMBED.model, "count": 10, "count_type": "bit",
-                                           "similarity_threshold": threshold})).json()
+    answer = await post_slash(client, count=10, similarity_threshold=threshold)
 
     assert [record["metadata"]["bit_id"] for record in kept] == [bit["id"] for bit in answer["bits"]]
     assert len(kept) >= 2 and all(record["score"] >= threshold for record in kept)
@@ -115,8 +122,7 @@ async def test_metadata_condition_narrows_through_the_constraint_engine(client: 
         {"name": "title", "comparison_operator": "start with", "value": "genesis"},
         {"name": "url", "comparison_operator": "end with", "value": "/daniel"}]}
     found = await records(client, request(top_k=10, metadata_condition=condition))
-    constrained = (await client.post("/", json={"query": JONAH, "query_embedding_model": EMBED.model, "count": 10, "count_type": "bit",
-                                                "constraint": "title:genesis* OR url:daniel"})).json()
+    constrained = await post_slash(client, count=10, constraint="title:genesis* OR url:daniel")
 
     assert sorted(record["title"] for record in found) == ["Daniel 6", "Genesis 6"]
     assert [record["metadata"]["bit_id"] for record in found] == [bit["id"] for bit in constrained["bits"]]
