@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from host.constraints.errors import ConstraintError
-from host.constraints.metadata_condition import OPERATORS, comparison
+from host.constraints.metadata_condition import OPERATORS, combined, comparison, condition_list
 from host.constraints.parser import MAX_CHARS, MAX_TERMS
-from host.constraints.syntax import And, Everything, Node, Not, Or, leaves
+from host.constraints.syntax import Everything, Node, Not, Or, leaves
 
 ALIASES = {"is": "=", "is not": "≠", "before": "<", "after": ">", "null": "empty", "not null": "not empty"}
 LISTS = ("in", "not in")
@@ -35,25 +35,14 @@ WHERE = "metadata_condition"
 
 def parse_dify_condition(value: Any) -> Node:
     """A Dify metadata_condition -> a syntax tree (Everything when it restricts nothing)."""
-    if value is None or (isinstance(value, Mapping) and not value):
+    listed = condition_list(value, WHERE, "logical_operator")
+    if listed is None:
         return Everything()
-    if not isinstance(value, Mapping):
-        raise ConstraintError(f"{WHERE} must be an object, got {type(value).__name__}")
-    unknown = sorted(set(value) - {"logical_operator", "conditions"})
-    if unknown:
-        raise ConstraintError(f"unknown key {unknown[0]!r} in {WHERE}; it has logical_operator and conditions")
-    logic = value.get("logical_operator") or "and"
-    if logic not in ("and", "or"):
-        raise ConstraintError(f"{WHERE}.logical_operator must be 'and' or 'or', got {logic!r:.40}")
-    conditions = value.get("conditions") or []
-    if not isinstance(conditions, list):
-        raise ConstraintError(f"{WHERE}.conditions must be a list, got {type(conditions).__name__}")
-    if not conditions:
-        return Everything()
+    logic, conditions = listed
     if len(str(conditions)) > MAX_CHARS * 4:
         raise ConstraintError(f"{WHERE} holds over {MAX_CHARS * 4} characters")
-    nodes = tuple(_condition(condition, f"{WHERE}.conditions[{number}]") for number, condition in enumerate(conditions))
-    node = nodes[0] if len(nodes) == 1 else And(nodes) if logic == "and" else Or(nodes)
+    node = combined(tuple(_condition(condition, f"{WHERE}.conditions[{number}]")
+                          for number, condition in enumerate(conditions)), logic)
     if leaves(node) > MAX_TERMS:
         raise ConstraintError(f"{WHERE} makes {leaves(node)} comparisons, over the limit of {MAX_TERMS}")
     return node
