@@ -18,18 +18,16 @@ of values (or one string of comma-separated values) as = any of them / ≠ every
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from host.constraints.errors import ConstraintError
-from host.constraints.metadata_condition import OPERATORS, combined, comparison, condition_list
+from host.constraints.metadata_condition import OPERATORS, combined, comparison, condition_list, condition_operator
 from host.constraints.parser import MAX_CHARS, MAX_TERMS
-from host.constraints.syntax import Everything, Node, Not, Or, leaves
+from host.constraints.syntax import Everything, Node, Not, leaves
 
 ALIASES = {"is": "=", "is not": "≠", "before": "<", "after": ">", "null": "empty", "not null": "not empty"}
 LISTS = ("in", "not in")
-DIFY_OPERATORS = (*OPERATORS, *ALIASES, *LISTS)
-CONDITION_KEYS = ("name", "comparison_operator", "value")
+DIFY_OPERATORS = (*OPERATORS, *LISTS)  # and ALIASES
 WHERE = "metadata_condition"
 
 
@@ -49,28 +47,18 @@ def parse_dify_condition(value: Any) -> Node:
 
 
 def _condition(condition: Any, where: str) -> Node:
-    if not isinstance(condition, Mapping):
-        raise ConstraintError(f"{where} must be an object, got {type(condition).__name__}")
-    unknown = sorted(set(condition) - set(CONDITION_KEYS))
-    if unknown:
-        raise ConstraintError(f"unknown key {unknown[0]!r} in {where}; a condition has {', '.join(CONDITION_KEYS)}")
-    given = condition.get("comparison_operator")
-    if not isinstance(given, str) or given not in DIFY_OPERATORS:
-        raise ConstraintError(f"unsupported comparison_operator {given!r:.40} in {where}; "
-                              f"operators are {', '.join(DIFY_OPERATORS)}")
+    operator = condition_operator(condition, where, DIFY_OPERATORS, ALIASES)
     names = condition.get("name")
     fields = names if isinstance(names, list) and names else [names]
-    value = condition.get("value")
-    nodes = tuple(_one_field(field, given, value, where) for field in fields)
-    return nodes[0] if len(nodes) == 1 else Or(nodes)
+    nodes = tuple(_one_field(field, operator, condition.get("value"), where) for field in fields)
+    return combined(nodes, "or")
 
 
 def _one_field(field: Any, operator: str, value: Any, where: str) -> Node:
     if operator not in LISTS:
-        return comparison(field, ALIASES.get(operator, operator), value, where)
+        return comparison(field, operator, value, where)
     values = [part.strip() for part in value.split(",")] if isinstance(value, str) else value
     if not isinstance(values, list) or not values:
         raise ConstraintError(f"{where}.value must be a non-empty list of values for {operator!r}")
-    equal = tuple(comparison(field, "=", item, where) for item in values)
-    anyone = equal[0] if len(equal) == 1 else Or(equal)
+    anyone = combined(tuple(comparison(field, "=", item, where) for item in values), "or")
     return anyone if operator == "in" else Not(anyone)

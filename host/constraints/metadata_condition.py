@@ -79,18 +79,24 @@ def combined(nodes: tuple[Node, ...], logic: str) -> Node:
 
 
 def _condition(condition: Any, where: str) -> Node:
+    operator = condition_operator(condition, where, OPERATORS, ALIASES)
+    return comparison(condition.get("name"), operator, condition.get("value"), where)
+
+
+def condition_operator(condition: Any, where: str, operators: tuple[str, ...], aliases: Mapping[str, str]) -> str:
+    """The operator of one condition object ({name, comparison_operator, value}), aliases mapped,
+    once its keys and operator are checked."""
     if not isinstance(condition, Mapping):
         raise ConstraintError(f"{where} must be an object, got {type(condition).__name__}")
     unknown = sorted(set(condition) - set(CONDITION_KEYS))
     if unknown:
-        raise ConstraintError(f"unknown key {unknown[0]!r} in {where}; a condition has {', '.join(CONDITION_KEYS)}")
+        raise ConstraintError(f"unknown key {unknown[0]!r:.40} in {where}; a condition has {', '.join(CONDITION_KEYS)}")
     given = condition.get("comparison_operator")
-    operator = ALIASES.get(given, given) if isinstance(given, str) else given
-    if operator not in OPERATORS:
-        raise ConstraintError(
-            f"unsupported comparison_operator {given!r} in {where}; operators are {', '.join(OPERATORS)}"
-        )
-    return comparison(condition.get("name"), operator, condition.get("value"), where)
+    operator = aliases.get(given, given) if isinstance(given, str) else given
+    if not isinstance(operator, str) or operator not in operators:
+        raise ConstraintError(f"unsupported comparison_operator {given!r:.40} in {where}; "
+                              f"operators are {', '.join((*operators, *aliases))}")
+    return operator
 
 
 def comparison(field: Any, operator: str, value: Any, where: str, *, labels: tuple[str, ...] = LABELS,

@@ -186,8 +186,9 @@ async def search(request: Request) -> Response:
     body = _request_object(await request.body())
     queries = _queries(body.get("query"))
     count = body.get("max_num_results", DEFAULT_RESULTS)
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_RESULTS:
-        raise OpenAIError(400, f"max_num_results must be an integer from 1 to {MAX_RESULTS}, got {count!r:.40}",
+    largest = min(MAX_RESULTS, state.settings.max_count)  # a lower --max-count caps it, as it caps POST /
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= largest:
+        raise OpenAIError(400, f"max_num_results must be an integer from 1 to {largest}, got {count!r:.40}",
                           "max_num_results")
     threshold = _score_threshold(body.get("ranking_options"))
     if not isinstance(body.get("rewrite_query", False), bool):
