@@ -1,5 +1,6 @@
 """Dify's External Knowledge API at POST /dify/retrieval, in-process: the documented request and answer,
-field by field, its error codes, private bits only with a token, and the same core as POST /."""
+field by field, its error codes, private bits only with a token, and the same core as POST /; and a
+crash under /dify/ or /v1/ answered as a logged 500 in that dialect's shape."""
 
 from __future__ import annotations
 
@@ -10,6 +11,15 @@ from typing import Any
 import httpx
 import pytest
 from dialect_hosts import EMBED, OPAQUE_TOKEN, assert_no_traceback, bearer, connect, counter, signed_token, write_host
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from host.web.dialects.dify import as_dify_error
+from host.web.dialects.openai_errors import as_openai_error
+from host.web.middleware import DialectErrors
 
 pytestmark = pytest.mark.anyio
 JONAH = "a great fish swallowed Jonah"
@@ -218,3 +228,24 @@ async def test_errors_made_elsewhere_under_dify_are_in_difys_shape(root: Path) -
         response = await client.post("/dify/retrieval", json=request())
         assert response.status_code == 429 and response.json()["error_code"] == 429
         assert "retry-after" in response.headers
+
+
+@pytest.mark.parametrize(("prefix", "rewrite", "message_of"), [
+    ("/dify/", as_dify_error, lambda body: body["error_msg"]),
+    ("/v1/", as_openai_error, lambda body: body["error"]["message"]),
+])
+async def test_a_crash_under_a_dialects_prefix_is_a_logged_500_in_its_shape(
+    caplog: pytest.LogCaptureFixture, prefix: str, rewrite: Any, message_of: Any,
+) -> None:
+    async def crash(request: Request) -> Response:
+        raise RuntimeError("a bug")
+
+    app = Starlette(routes=[Route(f"{prefix}crash", crash)],
+                    middleware=[Middleware(DialectErrors, prefix=prefix, rewrite=rewrite)])
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        response = await client.get(f"{prefix}crash")
+
+    assert response.status_code == 500 and response.headers["content-type"] == "application/json"
+    assert message_of(response.json()) == "the host failed to answer this request; the error is logged"
+    assert_no_traceback(response)
+    assert "a bug" in caplog.text
