@@ -27,8 +27,21 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         yield served
 
 
+OPENED: list[OpenAI] = []
+
+
+@pytest.fixture(autouse=True)
+def closed_clients() -> Iterator[None]:
+    """Every client a test opens is closed when it ends (an unclosed one warns when collected)."""
+    yield
+    while OPENED:
+        OPENED.pop().close()
+
+
 def client(served: Served, token: str | None = None) -> OpenAI:
-    return OpenAI(api_key=token or ANONYMOUS_KEY, base_url=f"{served.url}/v1", max_retries=0, timeout=30)
+    opened = OpenAI(api_key=token or ANONYMOUS_KEY, base_url=f"{served.url}/v1", max_retries=0, timeout=30)
+    OPENED.append(opened)
+    return opened
 
 
 def post_slash(served: Served, question: str, count: int, **arguments: object) -> list[dict[str, object]]:
