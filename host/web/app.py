@@ -41,6 +41,7 @@ from host.web.middleware import (
     RateLimit,
     RequestBodyGuard,
     SecurityHeaders,
+    TokensOutOfURLs,
     parse_cors_origins,
 )
 from host.web.middleware.security_headers import SECURITY_HEADERS
@@ -110,6 +111,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
             # preflight (answered there, doing no work) never spends a client's requests.
             Middleware(CrossOrigin, policy=cors),
             Middleware(SecurityHeaders),
+            Middleware(TokensOutOfURLs),  # every door, before anything reads the request
             Middleware(RateLimit, per_second=settings.rate_limit, burst=settings.rate_burst,
                        subject_of=partial(verified_subject, state.access)),
             Middleware(RequestBodyGuard, max_bytes=settings.max_body_bytes, read_timeout=settings.body_read_timeout),
