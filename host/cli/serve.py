@@ -40,6 +40,8 @@ def serve_command(args: argparse.Namespace) -> int:
     from host.web.middleware.cors import parse_cors_origins
 
     configure_logging(args.log_level)
+    # Before anything is opened: a folder of many libraries maps several files each.
+    open_files = server.raise_open_file_limit()
     settings = Settings.from_arguments(args)
     try:
         parse_cors_origins(settings.cors_origin)
@@ -82,6 +84,7 @@ def serve_command(args: argparse.Namespace) -> int:
     if unembedded:
         say(f"no text queries for {', '.join(unembedded)} (send query_embedding, or see --embedder-url)")
     say(mcp_server.status_line())
+    say(server.prepare_worker(settings, open_files))
     say(f"serving on http://{args.host}:{args.port}/" + (
         f" with access rules from {access_file}" if access_file.exists() else
         f" (public bits only until {access_file} is created: polymath-host access init)"))

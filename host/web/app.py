@@ -150,8 +150,9 @@ def app_from_environment() -> Starlette:
     settings = Settings.from_environment()
     limit_blas_threads(settings.blas_threads)
     configure_scans(settings.scan_threads, settings.max_batch)
-    prepare_worker(settings)
-    return create_app(settings)
+    app = create_app(settings)
+    log.debug("%s", prepare_worker(settings))  # once its libraries are open: serve said the same for them all
+    return app
 
 
 async def on_refused(request: Request, error: Exception) -> Response:
