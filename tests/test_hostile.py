@@ -7,6 +7,7 @@ that goes on for everyone else.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import socket
@@ -15,6 +16,7 @@ import sys
 import time
 import tracemalloc
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ import httpx
 import numpy as np
 import psutil
 import pytest
+from components import unavailable
 from conftest import PROJECT, RunningHost
 from librarian import TEST_MODEL, b64, make_library, unit_vectors, write_library
 
@@ -32,6 +35,7 @@ from host.results.answers import build_result
 from host.search.query import Query, SearchPolicy, run_query
 from host.web.responses import render_json
 from host.web.server import DESCRIPTORS_KEPT_FREE, OpenFileLimit, connection_budget
+from host.web.state import ByteBoundedCache
 
 DIMENSION = 384
 VECTORS = unit_vectors(600, DIMENSION, seed=61)
@@ -99,8 +103,7 @@ def test_an_answer_over_the_byte_limit_is_a_400_that_says_to_ask_for_less(run_ho
 
 def test_many_distinct_large_answers_leave_memory_where_it_was(run_host, big_folder: Path) -> None:
     # Each answer is ~0.8 MB; the old cache kept 2,048 of them whatever their size.
-    # No embedder: its model loading in the background would be counted as growth.
-    host = run_host(big_folder, "--answer-cache-bytes", "4000000", "--embedder", "none")
+    host = run_host(big_folder, "--answer-cache-bytes", "4000000")
     ask(host.url, count=200, omit="").raise_for_status()
     before = rss(host)
 
@@ -110,6 +113,50 @@ def test_many_distinct_large_answers_leave_memory_where_it_was(run_host, big_fol
 
     grown = rss(host) - before
     assert grown < 40_000_000, f"memory grew by {grown:,} bytes over 120 answers of ~0.8 MB"
+
+
+def test_distinct_large_answers_at_once_leave_memory_within_the_cache_limit_with_the_embedder(
+        run_host, big_folder: Path) -> None:
+    # With the `embed` extra the local model (~160 MB) once loaded after /healthz answered, and
+    # threads rendering answers at once each kept a malloc arena of freed pages: 16 clients took a
+    # worker 55-160 MB past where it was, whatever the answer cache's limit.
+    for module in ("onnxruntime", "tokenizers", "mcp"):
+        if importlib.util.find_spec(module) is None:
+            unavailable(f"this test runs with the embed and mcp extras; {module} is not installed")
+    cache_bytes = 8 << 20
+    host = run_host(big_folder, "--answer-cache-bytes", str(cache_bytes), embedder=True)
+    assert "text queries for sentence-transformers:all-MiniLM-L6-v2" in host.log()
+    ask(host.url, count=200, omit="").raise_for_status()
+    before = rss(host)
+
+    def distinct_large_answer(row: int) -> int:  # ~0.9 MB, rendered whole and cached; or ~2.7 MB, streamed
+        response = ask(host.url, query_embedding=b64(VECTORS[row]), count=(200, 600)[row % 2], omit="")
+        assert response.status_code == 200 and len(response.content) > 800_000
+        return len(response.content)
+
+    with ThreadPoolExecutor(16) as clients:
+        sent = sum(clients.map(distinct_large_answer, range(64)))
+
+    grown = rss(host) - before
+    assert grown <= cache_bytes + 50_000_000, f"memory grew by {grown:,} bytes over 64 answers ({sent:,} bytes)"
+
+
+def test_the_answer_cache_counts_what_its_entries_cost_not_only_their_bodies() -> None:
+    # A 384-dimension query's key holds 1.5 KB of vector beside a ~300-byte answer: counting the
+    # bodies alone let distinct small answers hold seven times the cache's limit.
+    cache = ByteBoundedCache(2 << 20)
+    vectors = unit_vectors(20_000, DIMENSION, seed=63)
+    omit = parse_omit("embedding")
+    tracemalloc.start()
+    try:
+        for vector in vectors:
+            key = (1, "sentence-transformers:all-MiniLM-L6-v2", vector.tobytes(), 1, "bit", omit, None, None, None,
+                   frozenset(), "json", False, None)  # as host/web/query_endpoint.py makes them
+            cache.put(key, b"x" * 300)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held <= cache.max_bytes, f"a cache of {cache.max_bytes:,} bytes holds {held:,}"
 
 
 def test_clients_that_never_read_their_answers_are_dropped_and_others_are_served(run_host, big_folder: Path) -> None:
