@@ -190,7 +190,7 @@ def unsent_bytes(connection: Any) -> int:
 
 @dataclass(frozen=True)
 class OpenFileLimit:
-    """This process's open-file limit: soft as found, soft now, and hard."""
+    """This process's open-file limit: soft as found, soft now, and hard (2^20 for "unlimited")."""
 
     found: int
     soft: int
@@ -205,6 +205,8 @@ class OpenFileLimit:
 def raise_open_file_limit() -> OpenFileLimit:
     """Raise this process's soft open-file limit to its hard limit (as nginx and HAProxy do)."""
     found, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if found == resource.RLIM_INFINITY:  # Linux never allows it for files; elsewhere, as good as any
+        found = 1 << 30
     soft = found
     wanted = hard if hard != resource.RLIM_INFINITY else max(found, 1 << 20)
     if wanted > found:
