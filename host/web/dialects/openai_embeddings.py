@@ -3,8 +3,9 @@
 Clients embed text with exactly a library's model, e.g. to build their own query vectors:
 `{"model": "<a library embedding_model>", "input": "text" | ["text", ...],
 "encoding_format": "float" | "base64"}` answered as OpenAI does. Errors come in OpenAI's shape
-(`{"error": {"message", "type", "param", "code"}}`, openai_errors.py), which its clients read. A model is served to
-a caller only if they may see some of its bits: an embedder of a private-only model is not named.
+(`{"error": {"message", "type", "param", "code"}}`, openai_errors.py), which its clients read. A
+model is served to a caller only if they may see some of its bits: an embedder of a private-only
+model is not named.
 """
 
 from __future__ import annotations
