@@ -14,6 +14,7 @@ from typing import Any
 from access import AccessConfigError, AccessControl
 from host.catalog.generations import load_catalog
 from host.cli.common import add_setting_options, say
+from host.service.allocator import limit_malloc_arenas
 from host.service.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans, cores, limit_blas_threads
 from host.service.settings import ENVIRONMENT_VARIABLE, Settings
 from host.store.residency import Residency
@@ -42,7 +43,13 @@ def serve_command(args: argparse.Namespace) -> int:
     from host.web.dialects import mcp_server
     from host.web.middleware.cors import parse_cors_origins
 
+    if args.workers < 1:
+        say(f"error: --workers must be at least 1, got {args.workers}")
+        return 1
+    limit_malloc_arenas()  # before any thread starts (host/service/allocator.py says why)
     configure_logging(args.log_level)
+    # Before anything is opened: a folder of many libraries maps several files each.
+    open_files = server.raise_open_file_limit()
     settings = Settings.from_arguments(args)
     try:
         parse_cors_origins(settings.cors_origin)
@@ -85,12 +92,10 @@ def serve_command(args: argparse.Namespace) -> int:
     if unembedded:
         say(f"no text queries for {', '.join(unembedded)} (send query_embedding, or see --embedder-url)")
     say(mcp_server.status_line())
+    say(server.prepare_worker(settings, open_files))
     say(f"serving on http://{args.host}:{args.port}/" + (
         f" with access rules from {access_file}" if access_file.exists() else
         f" (public bits only until {access_file} is created: polymath-host access init)"))
-    if args.workers < 1:
-        say(f"error: --workers must be at least 1, got {args.workers}")
-        return 1
     where = {"host": args.host, "port": args.port, "workers": args.workers, "log_level": args.log_level}
     if args.workers > 1:
         say(f"{args.workers} worker processes" + (" (one per core)" if args.workers == cores() else "")

@@ -11,7 +11,6 @@ import logging
 import os
 import signal
 from collections.abc import AsyncIterator
-from concurrent.futures import Future
 from contextlib import asynccontextmanager, suppress
 from functools import partial
 
@@ -28,21 +27,24 @@ from host.catalog.reloader import LibraryWatcher
 from host.embedders.errors import EmbedderError, NoEmbedder
 from host.embedders.service import Embedders, build_embedders
 from host.search.errors import NothingLoaded, QueryError
+from host.service.allocator import limit_malloc_arenas, release_free_memory
 from host.service.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans, limit_blas_threads, own_memory
 from host.service.settings import Settings
 from host.store.residency import mapped_bytes
 from host.web.caller import verified_subject
-from host.web.dialects import mcp_server, openai_embeddings, ragflow
+from host.web.dialects import dify, mcp_server, openai_embeddings, openai_errors, openai_vector_stores, ragflow
 from host.web.errors import HTTPError, from_core
 from host.web.library_endpoints import library_file, list_libraries
 from host.web.middleware import (
     POLYMATH_LINK,
     AccessLog,
     CrossOrigin,
+    DialectErrors,
     PolymathLinkHeader,
     RateLimit,
     RequestBodyGuard,
     SecurityHeaders,
+    TokensOutOfURLs,
     parse_cors_origins,
 )
 from host.web.middleware.security_headers import SECURITY_HEADERS
@@ -67,6 +69,8 @@ ROUTES = [
     Route("/metrics", metrics, methods=["GET"]),
     Route("/openapi.json", openapi, methods=["GET"]),
     Route("/v1/embeddings", openai_embeddings.embeddings, methods=["POST"]),
+    *openai_vector_stores.routes(),
+    Route("/dify/retrieval", dify.retrieval, methods=["POST"]),
     Mount(STATIC_PREFIX, app=StaticAssets()),
 ]
 
@@ -95,11 +99,15 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
             watcher.start()
             with suppress(NotImplementedError, RuntimeError, ValueError):  # no signals off the main thread
                 asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, watcher.request_reload)
-        loading = state.embedders.start_loading()  # so the first text query does not wait for a model to load
-        said = asyncio.create_task(say_memory(state, loading))
+        # Before the first request (uvicorn listens once startup is over): the first text query does not
+        # wait for a model, a worker answers with the memory it will keep (a model is ~160 MB: loaded
+        # after /healthz, it once looked like growth under load), and loading's leftovers go back.
+        loading = state.embedders.start_loading()
+        await asyncio.gather(*map(asyncio.wrap_future, loading), return_exceptions=True)
+        release_free_memory()
+        log.info("%s", memory_line(state, with_embedder=bool(loading)))
         async with mcp_server.running(mcp):
             yield
-        said.cancel()
         if settings.watch_interval > 0:
             watcher.stop()
         state.embedders.close()
@@ -109,11 +117,14 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
         middleware=[
             Middleware(PolymathLinkHeader),
             Middleware(ragflow.RAGFlowEnvelope),  # under /api/v1/, every answer in RAGFlow's envelope
+            Middleware(DialectErrors, prefix=openai_errors.PREFIX, rewrite=openai_errors.as_openai_error),
+            Middleware(DialectErrors, prefix=dify.PREFIX, rewrite=dify.as_dify_error),
             Middleware(AccessLog, metrics=state.metrics, generation=lambda: state.catalog.generation),
             # Outside the rate limit and the body guard: their refusals carry CORS headers too, and a
             # preflight (answered there, doing no work) never spends a client's requests.
             Middleware(CrossOrigin, policy=cors),
             Middleware(SecurityHeaders),
+            Middleware(TokensOutOfURLs),  # every door, before anything reads the request
             Middleware(RateLimit, per_second=settings.rate_limit, burst=settings.rate_burst,
                        subject_of=partial(verified_subject, state.access)),
             Middleware(RequestBodyGuard, max_bytes=settings.max_body_bytes, read_timeout=settings.body_read_timeout),
@@ -121,7 +132,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
         lifespan=lifespan,
         exception_handlers={
             HTTPError: on_refused,
-            openai_embeddings.OpenAIError: on_openai_refused,
+            openai_errors.OpenAIError: on_openai_refused,
             QueryError: on_core_refusal,
             NothingLoaded: on_core_refusal,
             NoEmbedder: on_core_refusal,
@@ -146,23 +157,24 @@ def embedders_for(settings: Settings, catalog: Catalog) -> Embedders:
                            timeout=settings.embedder_timeout)
 
 
-async def say_memory(state: HostState, loading: list[Future[None]]) -> None:
-    """Log what this serving process costs in memory of its own, once its embedders are loaded."""
-    await asyncio.gather(*(asyncio.wrap_future(future) for future in loading), return_exceptions=True)
+def memory_line(state: HostState, *, with_embedder: bool) -> str:
+    """What this serving process costs in memory of its own, and what it shares with every other worker."""
     shared = sum(mapped_bytes(library) for library in state.catalog.libraries)
-    log.info("process %d serving: %s MiB of memory of its own (anonymous memory and page tables%s); the "
-             "libraries' %s MiB of memory maps are shared by every worker", os.getpid(), f"{own_memory() / 2**20:,.0f}",
-             ", with its embedder" if loading else "", f"{shared / 2**20:,.0f}")
+    return (f"process {os.getpid()} serving: {own_memory() / 2**20:,.0f} MiB of memory of its own (anonymous "
+            f"memory and page tables{', with its embedder' if with_embedder else ''}); the libraries' "
+            f"{shared / 2**20:,.0f} MiB of memory maps are shared by every worker")
 
 
 def app_from_environment() -> Starlette:
     """Factory for `uvicorn --factory` when serving with several workers: set up as `serve` does."""
+    limit_malloc_arenas()
     configure_logging(os.environ.get(LOG_LEVEL_VARIABLE, "info"))
     settings = Settings.from_environment()
     limit_blas_threads(settings.blas_threads)
     configure_scans(settings.scan_threads, settings.max_batch)
-    prepare_worker(settings)
-    return create_app(settings)
+    app = create_app(settings)
+    log.debug("%s", prepare_worker(settings))  # once its libraries are open: serve said the same for them all
+    return app
 
 
 async def on_refused(request: Request, error: Exception) -> Response:
@@ -172,9 +184,9 @@ async def on_refused(request: Request, error: Exception) -> Response:
 
 
 async def on_openai_refused(request: Request, error: Exception) -> Response:
-    assert isinstance(error, openai_embeddings.OpenAIError)
+    assert isinstance(error, openai_errors.OpenAIError)
     host_state(request).metrics.count("polymath_errors_total", status=str(error.status))
-    return openai_embeddings.openai_error_response(error)
+    return openai_errors.openai_error_response(error)
 
 
 async def on_core_refusal(request: Request, error: Exception) -> Response:
