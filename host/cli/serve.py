@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import signal
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from access import AccessConfigError, AccessControl
@@ -16,8 +14,7 @@ from host.catalog.generations import load_catalog
 from host.cli.common import add_setting_options, say
 from host.service.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans, limit_blas_threads
 from host.service.settings import ENVIRONMENT_VARIABLE, Settings
-
-DEFAULT_ACCESS_FILE = Path("access.SECRET.json")
+from host.service.sources import StartRefused, open_sources
 
 
 def register(commands: Any) -> None:
@@ -46,16 +43,14 @@ def serve_command(args: argparse.Namespace) -> int:
     except ValueError as problem:
         say(f"error: --cors-origin: {problem}")
         return 1
-    if not settings.libraries.exists():
-        say(f"error: {settings.libraries} does not exist; pass --libraries PATH (a folder of library files)")
+    try:
+        sources = open_sources(settings)
+        for line in sources.first_sync():
+            say(line)
+    except StartRefused as problem:
+        say(f"error: {problem}")
         return 1
-    # The default file is watched even while absent: `access init` after `serve` switches access on.
-    access_file = settings.access or DEFAULT_ACCESS_FILE
-    if settings.access is not None and not access_file.exists():
-        say(f"error: access file {access_file} does not exist; "
-            f"create it with: polymath-host access init --access {access_file}")
-        return 1
-    settings = dataclasses.replace(settings, access=access_file)
+    settings, access_file = sources.settings, sources.access_file
     try:
         access_control = AccessControl.from_file(access_file)
     except AccessConfigError as problem:
@@ -64,7 +59,7 @@ def serve_command(args: argparse.Namespace) -> int:
     limit_blas_threads(settings.blas_threads)
     configure_scans(settings.scan_threads, settings.max_batch)
     started = time.perf_counter()
-    catalog = load_catalog(settings.libraries, cache_dir=settings.cache_dir, max_bytes=settings.max_library_bytes,
+    catalog = load_catalog(sources.root, cache_dir=sources.compiled_dir, max_bytes=settings.max_library_bytes,
                            progress=say)
     for skipped in catalog.problems:
         say(f"skipped {skipped}")
@@ -93,7 +88,7 @@ def serve_command(args: argparse.Namespace) -> int:
         os.environ[LOG_LEVEL_VARIABLE] = args.log_level
         server.run("host.web.app:app_from_environment", settings, **where)
     else:
-        app = create_app(settings, catalog=catalog, access=access_control, embedders=embedders)
+        app = create_app(settings, catalog=catalog, access=access_control, embedders=embedders, sources=sources)
         # uvicorn re-raises SIGTERM after its graceful shutdown, which would kill us with -15;
         # a stop we were asked for is a clean exit (0), as it already is with --workers N.
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))

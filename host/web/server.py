@@ -16,10 +16,13 @@ import contextlib
 import fcntl
 import logging
 import resource
+import signal
 import socket
 import struct
 import termios
+import threading
 import time
+from types import FrameType
 from typing import Any
 
 import h11
@@ -34,6 +37,7 @@ log = logging.getLogger("polymath_host.server")
 DESCRIPTORS_KEPT_FREE = 64  # for library files, the access file, logs and the listening socket
 OVER_CAP_BODY = b'{"error":"this host holds as many connections as it allows: try again in a moment"}'
 CAP_WARNING_INTERVAL = 60.0  # seconds between two log lines saying requests are refused at the cap
+DRAINING = threading.Event()  # set by SIGTERM while --drain-seconds run: /readyz answers 503
 
 
 async def refuse_over_cap(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
@@ -178,3 +182,29 @@ def run(app: Any, settings: Settings, *, host: str, port: int, workers: int, log
         uvicorn.run(app, factory=True, workers=workers, **options)
     else:
         uvicorn.run(app, **options)
+
+
+def drain_on_sigterm(seconds: float) -> None:
+    """Make SIGTERM first drain for `seconds`, then stop as uvicorn does (finishing requests in flight).
+
+    Called in the lifespan's startup, when uvicorn's own handler is in place (it restores the one
+    before it when it stops): the first SIGTERM sets DRAINING (/readyz 503, so a load balancer's
+    check takes this worker out) and hands the signal to uvicorn's handler `seconds` later, while
+    everything is still answered. A second SIGTERM, or SIGINT, stops at once as before.
+    """
+    stop = signal.getsignal(signal.SIGTERM)
+    if seconds <= 0 or not callable(stop):
+        return
+
+    def drain(signum: int, frame: FrameType | None) -> None:
+        if DRAINING.is_set():
+            stop(signum, frame)
+            return
+        DRAINING.set()
+        log.info("SIGTERM: draining for %g s (/readyz 503), then finishing requests in flight", seconds)
+        timer = threading.Timer(seconds, stop, (signum, frame))
+        timer.daemon = True
+        timer.start()
+
+    with contextlib.suppress(ValueError):  # not the main thread (an app run in-process by a test)
+        signal.signal(signal.SIGTERM, drain)
