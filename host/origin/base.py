@@ -47,7 +47,7 @@ class Fetched:
     etag: str | None  # what to send next time to hear "not modified"; None when the origin gives none
 
 
-Progress = Callable[[int], None]  # called with bytes moved since the last call
+Progress = Callable[[int], object]  # called with bytes moved since the last call
 
 
 class Origin(ABC):
