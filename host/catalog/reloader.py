@@ -105,6 +105,7 @@ class LibraryWatcher:
             if switched is not None or forced:
                 self.root = switched or self.replica.current() or self.root
                 self.reload()
+                self.replica.serving = self.replica.current()
             return
         current = snapshot(self.root) if self.root.exists() else {}
         forced, self._forced = self._forced, False

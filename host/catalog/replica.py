@@ -83,6 +83,7 @@ class Replica:
         self.status = SyncStatus()
         self._etag: str | None = None
         self._set_id = self._current_id()
+        self.serving: Path | None = None  # the set the catalog in force was loaded from (set by its loader)
 
     def current(self) -> Path | None:
         """The folder of the set this process serves: None until a first good sync (or a warm cache)."""

@@ -79,7 +79,9 @@ def serve_command(args: argparse.Namespace) -> int:
     say(mcp_server.status_line())
     say(f"serving on http://{args.host}:{args.port}/" + (
         f" with access rules from {access_file}" if access_file.exists() else
-        f" (public bits only until {access_file} is created: polymath-host access init)"))
+        (" (public bits only until a set published with --access arrives)" if sources.replica is not None
+         and settings.access is None else
+         f" (public bits only until {access_file} is created: polymath-host access init)")))
     where = {"host": args.host, "port": args.port, "workers": args.workers, "log_level": args.log_level}
     if args.workers > 1:
         # Workers are separate processes: they get the settings through the environment and

@@ -12,6 +12,7 @@ failing store costs one poll, never a stuck replica.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -40,6 +41,9 @@ class S3Origin(Origin):
             from botocore.config import Config
         except ImportError:
             raise OriginRefused(EXTRA) from None
+        # boto3 says at INFO where it found the endpoint and the credentials, on every client: not ours to log.
+        for name in ("boto3", "botocore", "s3transfer"):
+            logging.getLogger(name).setLevel(logging.WARNING)
         config = Config(connect_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT,
                         retries={"max_attempts": ATTEMPTS, "mode": "standard"})
         try:

@@ -80,6 +80,8 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
     settings = sources.settings
     if catalog is None:
         catalog = load_catalog(sources.root, cache_dir=sources.compiled_dir, max_bytes=settings.max_library_bytes)
+    if sources.replica is not None:
+        sources.replica.serving = sources.replica.current()  # what the catalog was just loaded from
     if embedders is None:
         embedders = embedders_for(settings, catalog)
     state = HostState(settings, catalog, access or AccessControl.from_file(sources.access_file), embedders)

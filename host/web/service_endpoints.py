@@ -26,7 +26,7 @@ async def readyz(request: Request) -> Response:
     if DRAINING.is_set():
         return Response(render_json({"status": "draining: stopping after the requests in flight"}), 503, media_type=JSON)
     replica = state.origins.replica if state.origins else None
-    if replica is not None and replica.current() is None:
+    if replica is not None and replica.serving is None:
         return Response(render_json({"status": "waiting for a first good sync from the origin"}), 503, media_type=JSON)
     body = {"status": "ready", "public_generation": state.public_generation,
             "public_libraries": len(state.catalog.public_libraries())}
