@@ -126,7 +126,7 @@ def test_a_bad_blob_leaves_the_last_good_set_serving_until_the_origin_is_right(
     failures = [record for record in caplog.records if "sync failed" in record.getMessage()]
     assert len(failures) == 1, "an outage is said once"
     assert "still serving the set synced before" in failures[0].getMessage()
-    assert any("answers again" in record.getMessage() for record in caplog.records)
+    assert any("in step again" in record.getMessage() for record in caplog.records)
 
 
 def test_a_vanished_manifest_is_a_fault_not_an_empty_set(published: tuple[Path, Path], tmp_path: Path) -> None:

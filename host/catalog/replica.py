@@ -58,7 +58,7 @@ class SyncStatus:
 
     def good(self, origin: str) -> None:
         if self.problem is not None:
-            log.warning("origin %s answers again: in step after %s", origin, self.problem)
+            log.warning("origin %s: in step again (the fault was: %s)", origin, self.problem)
         self.problem = None
         self.last_good = time.time()
 

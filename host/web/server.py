@@ -32,6 +32,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from host.service.process import bind_workers_over_tcp
 from host.service.settings import Settings
+from host.web.coalescing import CoalescingTransport
 
 log = logging.getLogger("polymath_host.server")
 DESCRIPTORS_KEPT_FREE = 64  # for library files, the access file, logs and the listening socket
@@ -80,7 +81,8 @@ class GuardedH11Protocol(H11Protocol):
         self._app = value
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        # Headers and body in one write: a replica killed mid-answer never leaves half of one (coalescing.py).
+        super().connection_made(CoalescingTransport(transport, self.loop))
         self._follow_headers()
 
     def data_received(self, data: bytes) -> None:
