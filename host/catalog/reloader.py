@@ -93,8 +93,8 @@ class LibraryWatcher:
             try:
                 if self.access_follower is not None:
                     self.access_follower.poll()
-                self.also_each_poll()
                 self._poll()
+                self.also_each_poll()  # after the poll: a replica's sync may have brought a new access file
             except Exception:  # the watcher must outlive any one bad reload
                 log.exception("library reload failed; still serving generation %s", self.host.catalog.generation)
 

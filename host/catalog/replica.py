@@ -32,6 +32,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,7 @@ from host.store.compiled import STORE_FORMAT, install_compiled
 log = logging.getLogger("polymath_host.origin")
 
 ACCESS_LIMIT = 16 << 20
+DOWNLOADS = 4  # blobs downloaded at once
 SETS_KEPT = 2  # the set in force and the one before it (another worker may still be reading it)
 
 
@@ -129,8 +131,10 @@ class Replica:
 
     def _build(self, manifest: Manifest, body: bytes, folder: Path) -> None:
         """Download what is missing and lay the set out under a temporary name, then rename it in."""
-        for blob in manifest.blobs():
-            self.blobs.fetch(self.origin, blob)
+        missing = [blob for blob in manifest.blobs() if not self.blobs.has(blob)]
+        with ThreadPoolExecutor(DOWNLOADS) as downloads:  # a few at once: small blobs cost round trips
+            for done in [downloads.submit(self.blobs.fetch, self.origin, blob) for blob in missing]:
+                done.result()
         if self.access_from_manifest and manifest.access:
             check_access_file(self.blobs.path(manifest.access), f"{self.origin.url}/{manifest.access.key}")
         self.sets.mkdir(parents=True, exist_ok=True)

@@ -88,7 +88,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
     state.origins = sources
     watcher = LibraryWatcher(state, sources.root, cache_dir=sources.compiled_dir,
                              max_bytes=settings.max_library_bytes, interval=settings.watch_interval,
-                             also_each_poll=state.access.reload_if_changed, replica=sources.replica,
+                             also_each_poll=partial(state.access.reload_if_changed, force=True), replica=sources.replica,
                              access_follower=sources.access_follower)
 
     # None without the `mcp` extra: /mcp then answers 501. Pages of the origins listed with
