@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from access import AccessConfigError, AccessControl
@@ -31,25 +32,32 @@ def register(commands: Any) -> None:
 
 
 def serve_command(args: argparse.Namespace) -> int:
-    from host.web import server
-    from host.web.app import create_app, embedders_for
-    from host.web.dialects import mcp_server
-    from host.web.middleware.cors import parse_cors_origins
-
     configure_logging(args.log_level)
     settings = Settings.from_arguments(args)
     try:
-        parse_cors_origins(settings.cors_origin)
-    except ValueError as problem:
-        say(f"error: --cors-origin: {problem}")
-        return 1
-    try:
         sources = open_sources(settings)
-        for line in sources.first_sync():
-            say(line)
     except StartRefused as problem:
         say(f"error: {problem}")
         return 1
+    with ThreadPoolExecutor(1) as background:
+        # A replica's first sync downloads while the web stack is imported: most of a cold start is those two.
+        syncing = background.submit(sources.first_sync)
+        from host.web import server
+        from host.web.app import create_app, embedders_for
+        from host.web.dialects import mcp_server
+        from host.web.middleware.cors import parse_cors_origins
+
+        try:
+            parse_cors_origins(settings.cors_origin)
+        except ValueError as problem:
+            say(f"error: --cors-origin: {problem}")
+            return 1
+        try:
+            for line in syncing.result():
+                say(line)
+        except StartRefused as problem:
+            say(f"error: {problem}")
+            return 1
     settings, access_file = sources.settings, sources.access_file
     try:
         access_control = AccessControl.from_file(access_file)

@@ -22,6 +22,7 @@ from host.origin.base import Fetched, ObjectMissing, Origin, OriginRefused, Orig
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 10.0  # a stall longer than this is a failed poll; the next one tries again
 ATTEMPTS = 2
+CONNECTIONS = 48  # the transfer manager's 10 threads for each of the few blobs downloaded at once
 EXTRA = "s3:// origins need boto3: pip install 'polymath-host[s3]'"
 MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
 REFUSED_CODES = {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
@@ -44,7 +45,7 @@ class S3Origin(Origin):
         # boto3 says at INFO where it found the endpoint and the credentials, on every client: not ours to log.
         for name in ("boto3", "botocore", "s3transfer"):
             logging.getLogger(name).setLevel(logging.WARNING)
-        config = Config(connect_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT,
+        config = Config(connect_timeout=CONNECT_TIMEOUT, read_timeout=READ_TIMEOUT, max_pool_connections=CONNECTIONS,
                         retries={"max_attempts": ATTEMPTS, "mode": "standard"})
         try:
             self._client: Any = boto3.session.Session().client("s3", config=config)
