@@ -97,7 +97,7 @@ def test_a_new_publish_switches_to_a_whole_new_set_and_old_sets_are_cleared(
     assert {entry.name for entry in replica.blobs.folder.iterdir()} == wanted
 
 
-@pytest.mark.parametrize("fault", ["corrupt", "cut", "missing"])
+@pytest.mark.parametrize("fault", ["corrupt", "cut", "padded", "missing"])
 def test_a_bad_blob_leaves_the_last_good_set_serving_until_the_origin_is_right(
         published: tuple[Path, Path], tmp_path: Path, fault: str, caplog: pytest.LogCaptureFixture) -> None:
     source, destination = published
@@ -111,6 +111,8 @@ def test_a_bad_blob_leaves_the_last_good_set_serving_until_the_origin_is_right(
         blob.write_bytes(bytes(byte ^ 1 for byte in right[:10]) + right[10:])
     elif fault == "cut":
         blob.write_bytes(right[: len(right) // 2])
+    elif fault == "padded":
+        blob.write_bytes(right + b" " * (1 << 21))
     else:
         blob.unlink()
     with caplog.at_level(logging.INFO, "polymath_host.origin"):

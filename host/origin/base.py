@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 URL_SCHEMES = ("s3://", "https://", "http://", "file://")
 
@@ -50,6 +51,12 @@ class Fetched:
 Progress = Callable[[int], object]  # called with bytes moved since the last call
 
 
+class Sink(Protocol):
+    """Where a download goes: written to in order, from the first byte to the last."""
+
+    def write(self, data: bytes, /) -> object: ...
+
+
 class Origin(ABC):
     """A place holding published objects under keys."""
 
@@ -61,8 +68,8 @@ class Origin(ABC):
         bytes is refused (OriginUnreachable): a small object that grew without bound is not read."""
 
     @abstractmethod
-    def download(self, key: str, destination: Path, progress: Progress | None = None) -> None:
-        """Write the object to `destination` (a new file the caller owns and checks)."""
+    def download(self, key: str, sink: Sink, progress: Progress | None = None) -> None:
+        """Write the object to `sink`, in order (the caller checks what arrived as it arrives)."""
 
     @abstractmethod
     def exists(self, key: str) -> bool:

@@ -1,7 +1,7 @@
 """A replica's local copy of published blobs, each kept only once its size and SHA-256 check out.
 
-A blob is downloaded to a temporary file beside the store, checked against the size and SHA-256
-its manifest names, then renamed to `<folder>/<sha256>`: a name in the store is always whole and
+A blob is downloaded to a temporary file beside the store, hashed as it arrives, checked against
+the size and SHA-256 its manifest names, then renamed to `<folder>/<sha256>`: a name in the store is always whole and
 right. Several processes may fill one store at once: each downloads to its own temporary file,
 and renaming the same verified bytes over the same name twice changes nothing. A truncated,
 padded or altered transfer is refused (OriginUnreachable: the next poll tries again).
@@ -14,6 +14,7 @@ import hashlib
 import os
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 from host.origin.base import Origin, OriginUnreachable, Progress
 from host.origin.manifest import Blob
@@ -27,6 +28,25 @@ def file_digest(path: Path) -> str:
         for block in iter(lambda: handle.read(HASH_BLOCK), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+class HashingSink:
+    """A file that hashes and counts what is written to it (in order: it cannot seek), and refuses
+    more than `limit` bytes: an origin sending without end never fills the disk."""
+
+    def __init__(self, file: BinaryIO, limit: int, where: str) -> None:
+        self.file = file
+        self.limit = limit
+        self.where = where
+        self.digest = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.size += len(data)
+        if self.size > self.limit:
+            raise OriginUnreachable(f"{self.where}: more than the {self.limit:,} bytes the manifest says: a padded transfer")
+        self.digest.update(data)
+        return self.file.write(data)
 
 
 class BlobStore:
@@ -52,12 +72,13 @@ class BlobStore:
         os.close(handle)
         temporary = Path(name)
         try:
-            origin.download(blob.key, temporary, progress)
-            size = temporary.stat().st_size
-            if size != blob.size:
-                raise OriginUnreachable(f"{origin.url}/{blob.key}: {size:,} bytes arrived, the manifest says "
+            with temporary.open("wb") as file:
+                sink = HashingSink(file, blob.size, f"{origin.url}/{blob.key}")
+                origin.download(blob.key, sink, progress)
+            if sink.size != blob.size:
+                raise OriginUnreachable(f"{origin.url}/{blob.key}: {sink.size:,} bytes arrived, the manifest says "
                                         f"{blob.size:,}: a cut or padded transfer")
-            if file_digest(temporary) != blob.sha256:
+            if sink.digest.hexdigest() != blob.sha256:
                 raise OriginUnreachable(f"{origin.url}/{blob.key}: its SHA-256 is not the manifest's: a corrupt transfer")
             os.chmod(temporary, 0o444)  # hard links share it: nothing may write into a blob
             os.replace(temporary, self.path(blob))

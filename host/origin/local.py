@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from host.origin.base import Fetched, ObjectMissing, Origin, OriginRefused, OriginUnreachable, Progress
+from host.origin.base import Fetched, ObjectMissing, Origin, OriginRefused, OriginUnreachable, Progress, Sink
 
 COPY_BLOCK = 1 << 20
 
@@ -50,11 +50,11 @@ class FolderOrigin(Origin):
         except OSError as problem:
             raise OriginUnreachable(f"{self.url}/{key}: cannot be read ({problem.strerror})") from None
 
-    def download(self, key: str, destination: Path, progress: Progress | None = None) -> None:
+    def download(self, key: str, sink: Sink, progress: Progress | None = None) -> None:
         try:
-            with self._path(key).open("rb") as source, destination.open("wb") as target:
+            with self._path(key).open("rb") as source:
                 for block in iter(lambda: source.read(COPY_BLOCK), b""):
-                    target.write(block)
+                    sink.write(block)
                     if progress:
                         progress(len(block))
         except FileNotFoundError:

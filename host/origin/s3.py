@@ -17,7 +17,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from host.origin.base import Fetched, ObjectMissing, Origin, OriginRefused, OriginUnreachable, Progress
+from host.origin.base import (
+    Fetched,
+    ObjectMissing,
+    Origin,
+    OriginError,
+    OriginRefused,
+    OriginUnreachable,
+    Progress,
+    Sink,
+)
 
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 10.0  # a stall longer than this is a failed poll; the next one tries again
@@ -73,9 +82,12 @@ class S3Origin(Origin):
             raise self._translated(problem, key) from None
         return Fetched(body, answer.get("ETag"))
 
-    def download(self, key: str, destination: Path, progress: Progress | None = None) -> None:
+    def download(self, key: str, sink: Sink, progress: Progress | None = None) -> None:
+        # A sink that cannot seek: the transfer manager still fetches ranges in parallel, and writes them in order.
         try:
-            self._client.download_file(self.bucket, self._key(key), str(destination), Callback=progress)
+            self._client.download_fileobj(self.bucket, self._key(key), sink, Callback=progress)
+        except OriginError:  # the sink's own refusal
+            raise
         except Exception as problem:
             raise self._translated(problem, key) from None
 

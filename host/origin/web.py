@@ -20,7 +20,16 @@ import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
-from host.origin.base import Fetched, ObjectMissing, Origin, OriginRefused, OriginUnreachable, Progress
+from host.origin.base import (
+    Fetched,
+    ObjectMissing,
+    Origin,
+    OriginError,
+    OriginRefused,
+    OriginUnreachable,
+    Progress,
+    Sink,
+)
 
 TIMEOUT = 10.0  # seconds for connecting and between two reads: a stall fails one poll, not the replica
 TOKEN_VARIABLE = "POLYMATH_ORIGIN_TOKEN"
@@ -71,15 +80,17 @@ class WebOrigin(Origin):
         except (OSError, http.client.HTTPException, ValueError) as problem:
             raise self._translated(problem, key) from None
 
-    def download(self, key: str, destination: Path, progress: Progress | None = None) -> None:
+    def download(self, key: str, sink: Sink, progress: Progress | None = None) -> None:
         try:
-            with self._opener.open(self._request(key, {}), timeout=TIMEOUT) as answer, destination.open("wb") as file:
+            with self._opener.open(self._request(key, {}), timeout=TIMEOUT) as answer:
                 for block in iter(lambda: answer.read(BLOCK), b""):
-                    file.write(block)
+                    sink.write(block)
                     if progress:
                         progress(len(block))
         except urllib.error.HTTPError as problem:
             raise self._translated(problem, key) from None
+        except OriginError:  # the sink's own refusal
+            raise
         except (OSError, http.client.HTTPException, ValueError) as problem:
             raise self._translated(problem, key) from None
 
