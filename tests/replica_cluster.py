@@ -349,6 +349,7 @@ def run_scenario(folder: Path, origin: OriginUnderTest, *, load_seconds: float, 
             published = time.monotonic()
             phase(began, "published again")
             reached = cluster.time_to_reflect(published, keys.leaver)
+            phase(began, "each replica had the publish and the revocation after " + ", ".join(f"{t:.2f} s" for t in reached))
             at(started, load_seconds)
         phase(began, f"load done: {load.answered} answers, {len(load.failures)} failed")
         assert load.failures == [], f"{len(load.failures)} of {load.answered} requests failed: {load.failures[:10]}"
