@@ -32,7 +32,7 @@ import numpy as np
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
-from host.service.harness import free_port, http_status, spawn_host  # noqa: E402
+from host.service.harness import free_port, spawn_host  # noqa: E402
 
 BUCKET = "coldstart"
 PREFIX = f"s3://{BUCKET}/set"
@@ -129,8 +129,7 @@ def main() -> None:
             host = spawn_host(PREFIX, "--cache-dir", str(cache), "--embedder", "none", "--watch-interval", "0",
                               cwd=work, env=env)
             try:
-                ready = host.wait_until(lambda: http_status(host.port, "GET", "/readyz")[0] == 200, timeout=600,
-                                        what="answer /readyz with 200")
+                ready = host.wait_until_ready("/readyz", timeout=600)
                 assert "compiled big" not in host.log(), "the replica compiled instead of using the published store"
             finally:
                 host.stop()

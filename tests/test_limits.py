@@ -304,8 +304,9 @@ def test_a_burst_from_many_threads_is_cut_to_the_burst_size(rate_limited: Runnin
 
 
 def test_refusals_are_in_the_access_log_as_json_lines(limited: RunningHost) -> None:
-    """AccessLog: one JSON line per request on stdout, refusals included (never a header or query string)."""
-    httpx.post(f"{limited.url}/?access_token=secret-in-url", content=b"x", headers={"content-type": "text/csv"})
+    """AccessLog: one JSON line per request on stdout, refusals included (never a header; credentials redacted)."""
+    httpx.post(f"{limited.url}/?count=3", content=b"x", headers={"content-type": "text/csv",
+                                                                  "authorization": "Bearer secret-in-a-header"})
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         lines = [json.loads(line) for line in limited.log().splitlines() if line.startswith("{")]
@@ -314,5 +315,6 @@ def test_refusals_are_in_the_access_log_as_json_lines(limited: RunningHost) -> N
         time.sleep(0.05)
     refused = [line for line in lines if line["status"] == 415]
     assert refused and refused[-1]["method"] == "POST" and refused[-1]["path"] == "/"
-    assert set(refused[-1]) == {"time", "method", "path", "status", "duration_ms", "generation", "client"}
-    assert "secret-in-url" not in limited.log()
+    assert set(refused[-1]) == {"time", "method", "path", "query", "status", "duration_ms", "generation", "client"}
+    assert refused[-1]["query"] == "count=3"
+    assert "secret-in-a-header" not in limited.log()

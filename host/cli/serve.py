@@ -13,6 +13,7 @@ from typing import Any
 from access import AccessConfigError, AccessControl
 from host.catalog.generations import load_catalog
 from host.cli.common import add_setting_options, say
+from host.service.allocator import limit_malloc_arenas
 from host.service.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans, limit_blas_threads
 from host.service.settings import ENVIRONMENT_VARIABLE, Settings
 from host.service.sources import StartRefused, open_sources
@@ -32,7 +33,12 @@ def register(commands: Any) -> None:
 
 
 def serve_command(args: argparse.Namespace) -> int:
+    from host.web import server
+
+    limit_malloc_arenas()  # before any thread starts (host/service/allocator.py says why)
     configure_logging(args.log_level)
+    # Before anything is opened: a folder of many libraries maps several files each.
+    open_files = server.raise_open_file_limit()
     settings = Settings.from_arguments(args)
     try:
         sources = open_sources(settings)
@@ -42,7 +48,6 @@ def serve_command(args: argparse.Namespace) -> int:
     with ThreadPoolExecutor(1) as background:
         # A replica's first sync downloads while the web stack is imported: most of a cold start is those two.
         syncing = background.submit(sources.first_sync)
-        from host.web import server
         from host.web.app import create_app, embedders_for
         from host.web.dialects import mcp_server
         from host.web.middleware.cors import parse_cors_origins
@@ -85,6 +90,7 @@ def serve_command(args: argparse.Namespace) -> int:
     if unembedded:
         say(f"no text queries for {', '.join(unembedded)} (send query_embedding, or see --embedder-url)")
     say(mcp_server.status_line())
+    say(server.prepare_worker(settings, open_files))
     say(f"serving on http://{args.host}:{args.port}/" + (
         f" with access rules from {access_file}" if access_file.exists() else
         (" (public bits only until a set published with --access arrives)" if sources.replica is not None

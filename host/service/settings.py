@@ -52,8 +52,8 @@ class Settings:
         "memory for rendered answers to repeated queries and library files, in bytes (default %(default)s; "
         "0 turns caching off)", metavar="N"))
     max_connections: int = field(default=1000, metadata=option(
-        "open connections a worker holds at once (default %(default)s); past it, requests get a 503; "
-        "lowered to fit the open-file limit", metavar="N"))
+        "open connections a worker holds at once (default %(default)s), lowered to fit the open-file limit; "
+        "past it the connection idle longest is closed, and if none is idle requests get a 503", metavar="N"))
     header_timeout: float = field(default=10.0, metadata=option(
         "longest wait for a request's headers on a new or idle connection, in seconds (default %(default)s)",
         metavar="SECONDS"))

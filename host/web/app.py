@@ -27,6 +27,7 @@ from host.catalog.reloader import LibraryWatcher
 from host.embedders.errors import EmbedderError, NoEmbedder
 from host.embedders.service import Embedders, build_embedders
 from host.search.errors import NothingLoaded, QueryError
+from host.service.allocator import limit_malloc_arenas, release_free_memory
 from host.service.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans, limit_blas_threads
 from host.service.settings import Settings
 from host.service.sources import Sources, open_sources
@@ -42,6 +43,7 @@ from host.web.middleware import (
     RateLimit,
     RequestBodyGuard,
     SecurityHeaders,
+    TokensOutOfURLs,
     parse_cors_origins,
 )
 from host.web.middleware.security_headers import SECURITY_HEADERS
@@ -101,7 +103,11 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
             watcher.start()
             with suppress(NotImplementedError, RuntimeError, ValueError):  # no signals off the main thread
                 asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, watcher.request_reload)
-        state.embedders.start_loading()  # so the first text query does not wait for a model to load
+        # Before the first request (uvicorn listens once startup is over): the first text query does not
+        # wait for a model, a worker answers with the memory it will keep (a model is ~160 MB: loaded
+        # after /healthz, it once looked like growth under load), and loading's leftovers go back.
+        await asyncio.gather(*map(asyncio.wrap_future, state.embedders.start_loading()), return_exceptions=True)
+        release_free_memory()
         drain_on_sigterm(settings.drain_seconds)
         async with mcp_server.running(mcp):
             yield
@@ -119,6 +125,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
             # preflight (answered there, doing no work) never spends a client's requests.
             Middleware(CrossOrigin, policy=cors),
             Middleware(SecurityHeaders),
+            Middleware(TokensOutOfURLs),  # every door, before anything reads the request
             Middleware(RateLimit, per_second=settings.rate_limit, burst=settings.rate_burst,
                        subject_of=partial(verified_subject, state.access)),
             Middleware(RequestBodyGuard, max_bytes=settings.max_body_bytes, read_timeout=settings.body_read_timeout),
@@ -153,12 +160,14 @@ def embedders_for(settings: Settings, catalog: Catalog) -> Embedders:
 
 def app_from_environment() -> Starlette:
     """Factory for `uvicorn --factory` when serving with several workers: set up as `serve` does."""
+    limit_malloc_arenas()
     configure_logging(os.environ.get(LOG_LEVEL_VARIABLE, "info"))
     settings = Settings.from_environment()
     limit_blas_threads(settings.blas_threads)
     configure_scans(settings.scan_threads, settings.max_batch)
-    prepare_worker(settings)
-    return create_app(settings)
+    app = create_app(settings)
+    log.debug("%s", prepare_worker(settings))  # once its libraries are open: serve said the same for them all
+    return app
 
 
 async def on_refused(request: Request, error: Exception) -> Response:

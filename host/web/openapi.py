@@ -34,7 +34,8 @@ _QUERY_ARGUMENTS = {
         "count_type": {"type": "string", "enum": ["token", "bit"], "default": "token"},
         "omit": {"description": "Keys to omit from bits: '', '*', a key, a comma list, or a list of keys.",
                  "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}], "default": "embedding"},
-        "access_token": {"type": "string", "description": "Also accepted as Authorization: Bearer."},
+        "access_token": {"type": "string", "description": "Also accepted as Authorization: Bearer; never in the URL "
+                                                          "(a token in the query string is a 400 on every path)."},
     },
 }
 
@@ -103,9 +104,7 @@ def _openai_error(description: str) -> dict[str, Any]:
 _JSON_BODY = {"application/json": {"schema": {"$ref": "#/components/schemas/Library"}}}
 _TOKEN_PARAMETERS = [
     {"name": "Authorization", "in": "header", "required": False, "schema": {"type": "string"},
-     "description": "Bearer <access token>"},
-    {"name": "access_token", "in": "query", "required": False, "schema": {"type": "string"},
-     "description": "An access token, for clients that cannot set a header."},
+     "description": "Bearer <access token> (never in the URL: a token in the query string is a 400)"},
 ]
 
 _NOTICE = {"type": "object", "required": ["level", "text"], "properties": {

@@ -6,6 +6,7 @@ from host.web.middleware.cors import CorsPolicy, CrossOrigin, parse_cors_origins
 from host.web.middleware.link_header import POLYMATH_LINK, PolymathLinkHeader
 from host.web.middleware.rate_limit import RateLimit
 from host.web.middleware.security_headers import SecurityHeaders
+from host.web.middleware.url_tokens import TokensOutOfURLs
 
 __all__ = ["POLYMATH_LINK", "AccessLog", "CorsPolicy", "CrossOrigin", "PolymathLinkHeader", "RateLimit",
-           "RequestBodyGuard", "SecurityHeaders", "parse_cors_origins"]
+           "RequestBodyGuard", "SecurityHeaders", "TokensOutOfURLs", "parse_cors_origins"]
