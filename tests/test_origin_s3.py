@@ -4,24 +4,29 @@ and the starts that cannot work, each one clear line and never a credential.
 - a wrong bucket or missing credentials with nothing cached: `serve` exits 1 with one line;
 - an unreachable endpoint with nothing cached: alive (/healthz 200), not ready (/readyz 503), and
   ready by itself once the store answers and a set is published;
-- `publish` to a wrong bucket: one line, exit 1.
+- `publish` to a wrong bucket: one line, exit 1;
+- `--access s3://...`: an access file followed at the store grants, then revokes without a restart.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from components import PROJECT
+from components import PROJECT, admin
 from conftest import start_host
-from origin_support import CREDENTIALS, MotoServer, publish, running_moto
+from origin_support import CREDENTIALS, MotoServer, publish, running_moto, set_environment
 
-from host.service.harness import child_environment, free_port, http_status, spawn_host
+from access.edge import edge_edition
+from host.origin import open_origin
+from host.service.harness import RunningHost, child_environment, free_port, http_status, spawn_host
 
 SAMPLE = PROJECT / "libraries"
 NO_AMBIENT_CREDENTIALS = {"AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", "AWS_CONFIG_FILE": "/nonexistent",
@@ -107,7 +112,34 @@ def test_an_unreachable_store_at_start_is_alive_not_ready_and_ready_once_it_answ
         server.stop()
 
 
-def host_age(host: object) -> float:
-    import time
+def test_an_access_file_followed_at_an_origin_grants_then_revokes(moto: MotoServer, tmp_path: Path) -> None:
+    libraries = tmp_path / "libraries"
+    shutil.copytree(SAMPLE, libraries, ignore=shutil.ignore_patterns(".compiled"))
+    keys = tmp_path / "access.SECRET.json"
+    admin("access", "init", "--alg", "ES256", "--access", str(keys), cwd=tmp_path)
+    token = admin("token", "issue", "carol", "--tag", "unpublished", "--access", str(keys), cwd=tmp_path)
+    environment = {**moto.environment, **NO_AMBIENT_CREDENTIALS}
 
-    return time.perf_counter() - host.spawned_at  # type: ignore[attr-defined]
+    def publish_edge_edition() -> None:
+        with set_environment(environment):
+            open_origin("s3://library/edge").put("access.json", edge_edition(keys)[0])
+
+    publish_edge_edition()
+    host = start_host(libraries, "--access", "s3://library/edge/access.json", "--watch-interval", "0.5",
+                      "--cache-dir", str(tmp_path / "cache"), cwd=tmp_path, env=environment, ready_path="/readyz")
+    try:
+        granted = httpx.get(f"{host.url}/libraries", headers={"Authorization": f"Bearer {token}"}).json()
+        assert "access/unpublished/drafts" in [library["name"] for library in granted["libraries"]]
+        admin("token", "revoke", "carol", "--access", str(keys), cwd=tmp_path)
+        publish_edge_edition()
+        host.wait_until(lambda: httpx.get(f"{host.url}/libraries",
+                                          headers={"Authorization": f"Bearer {token}"}).status_code == 401,
+                        timeout=host_age(host) + 10, what="refuse the revoked token")
+        assert 'polymath_origin_in_step{source="access"} 1' in httpx.get(f"{host.url}/metrics").text
+    finally:
+        host.stop()
+
+
+def host_age(host: RunningHost) -> float:
+    """Seconds since `host` was spawned (the harness's timeouts count from the spawn)."""
+    return time.perf_counter() - host.spawned_at

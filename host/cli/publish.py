@@ -45,7 +45,7 @@ def register(commands: Any) -> None:
         "Validate the library files under SRC, upload them (and with --compiled their compiled stores) to DEST under "
         "content-addressed names, then write DEST's manifest.json last. DEST is a folder, file:///PATH, or "
         "s3://BUCKET/PREFIX (endpoint and credentials from the AWS_* variables). Replicas serve it with "
-        "serve --libraries DEST (or the https:// URL of a server in front of the folder)."))
+        "serve --libraries s3://... (a folder: file:///PATH, or the https:// URL of a server in front of it)."))
     publish.add_argument("source", type=Path, metavar="SRC", help="a folder of library files (as serve reads it)")
     publish.add_argument("destination", metavar="DEST", help="a folder, file:///PATH or s3://BUCKET/PREFIX")
     publish.add_argument("--compiled", action="store_true",

@@ -22,7 +22,7 @@ from access.cli import DEFAULT_ACCESS_FILE
 from host.catalog.replica import AccessFollower, Replica, one_line
 from host.embedders.graph_cache import default_cache_dir
 from host.origin import OriginError, OriginRefused, is_origin_url, open_origin
-from host.origin.manifest import ManifestError
+from host.origin.manifest import MANIFEST_KEY, OBJECTS, ManifestError
 from host.service.settings import Settings
 
 NOTHING_YET = ".none"  # the folder a replica without any set loads from: it does not exist
@@ -107,6 +107,9 @@ def open_sources(settings: Settings) -> Sources:
     if replica is None and not Path(libraries).exists():
         raise StartRefused(f"{libraries} does not exist; pass --libraries PATH (a folder of library files) "
                            "or the URL of a published set")
+    if replica is None and (Path(libraries) / MANIFEST_KEY).is_file() and (Path(libraries) / OBJECTS).is_dir():
+        raise StartRefused(f"{libraries} holds a published set, not library files: serve it with "
+                           f"--libraries {Path(libraries).resolve().as_uri()}")
     if follower is not None:
         access_file = follower.target
     elif access is not None:
