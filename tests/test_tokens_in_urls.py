@@ -55,6 +55,13 @@ DOORS = {
     # No embedder serves the test model: the Bearer answer is the door's own 400, not the URL's.
     "OpenAI embeddings": Door("POST", "/v1/embeddings", {"model": TEST_MODEL, "input": "x"}, bearer_status=400,
                               private_marker=None),
+    # An empty question needs no embedder; the private library is found only when the token is read.
+    "Dify retrieval": Door("POST", "/dify/retrieval", {"knowledge_id": PRIVATE, "query": "", "retrieval_setting": {
+        "top_k": 3, "score_threshold": 0}}, private_marker='"records"'),
+    "OpenAI vector stores": Door("GET", "/v1/vector_stores"),
+    "OpenAI vector store": Door("GET", f"/v1/vector_stores/{PRIVATE}", private_marker='"object":"vector_store"'),
+    "OpenAI vector-store search": Door("POST", f"/v1/vector_stores/{PRIVATE}/search", {"query": ""},
+                                       private_marker='"vector_store.search_results.page"'),
 }
 
 
@@ -94,7 +101,10 @@ def logged_queries(host: RunningHost, path: str) -> list[str]:
 
 def error_message(response: httpx.Response) -> str:
     body = response.json()
-    return str(body["message"] if "message" in body else body["error"])  # RAGFlow's envelope, or ours
+    if "error_msg" in body:  # Dify's
+        return str(body["error_msg"])
+    error = body["message"] if "message" in body else body["error"]  # RAGFlow's envelope, OpenAI's, or ours
+    return str(error["message"] if isinstance(error, dict) else error)
 
 
 @pytest.mark.parametrize("name", ["access_token", "token", "Access_Token"])

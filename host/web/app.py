@@ -32,13 +32,14 @@ from host.service.process import LOG_LEVEL_VARIABLE, configure_logging, configur
 from host.service.settings import Settings
 from host.service.sources import Sources, open_sources
 from host.web.caller import verified_subject
-from host.web.dialects import mcp_server, openai_embeddings, ragflow
+from host.web.dialects import dify, mcp_server, openai_embeddings, openai_errors, openai_vector_stores, ragflow
 from host.web.errors import HTTPError, from_core
 from host.web.library_endpoints import library_file, list_libraries
 from host.web.middleware import (
     POLYMATH_LINK,
     AccessLog,
     CrossOrigin,
+    DialectErrors,
     PolymathLinkHeader,
     RateLimit,
     RequestBodyGuard,
@@ -68,6 +69,8 @@ ROUTES = [
     Route("/metrics", metrics, methods=["GET"]),
     Route("/openapi.json", openapi, methods=["GET"]),
     Route("/v1/embeddings", openai_embeddings.embeddings, methods=["POST"]),
+    *openai_vector_stores.routes(),
+    Route("/dify/retrieval", dify.retrieval, methods=["POST"]),
     Mount(STATIC_PREFIX, app=StaticAssets()),
 ]
 
@@ -120,6 +123,8 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
         middleware=[
             Middleware(PolymathLinkHeader),
             Middleware(ragflow.RAGFlowEnvelope),  # under /api/v1/, every answer in RAGFlow's envelope
+            Middleware(DialectErrors, prefix=openai_errors.PREFIX, rewrite=openai_errors.as_openai_error),
+            Middleware(DialectErrors, prefix=dify.PREFIX, rewrite=dify.as_dify_error),
             Middleware(AccessLog, metrics=state.metrics, generation=lambda: state.catalog.generation),
             # Outside the rate limit and the body guard: their refusals carry CORS headers too, and a
             # preflight (answered there, doing no work) never spends a client's requests.
@@ -133,7 +138,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
         lifespan=lifespan,
         exception_handlers={
             HTTPError: on_refused,
-            openai_embeddings.OpenAIError: on_openai_refused,
+            openai_errors.OpenAIError: on_openai_refused,
             QueryError: on_core_refusal,
             NothingLoaded: on_core_refusal,
             NoEmbedder: on_core_refusal,
@@ -177,9 +182,9 @@ async def on_refused(request: Request, error: Exception) -> Response:
 
 
 async def on_openai_refused(request: Request, error: Exception) -> Response:
-    assert isinstance(error, openai_embeddings.OpenAIError)
+    assert isinstance(error, openai_errors.OpenAIError)
     host_state(request).metrics.count("polymath_errors_total", status=str(error.status))
-    return openai_embeddings.openai_error_response(error)
+    return openai_errors.openai_error_response(error)
 
 
 async def on_core_refusal(request: Request, error: Exception) -> Response:

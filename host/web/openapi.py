@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from host.web.dialects.openapi_paths import PATHS as DIALECT_PATHS
+from host.web.dialects.openapi_retrieval import PATHS as RETRIEVAL_PATHS
 
 _ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
 
@@ -252,6 +253,7 @@ OPENAPI: dict[str, Any] = {
         "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {
             "description": "Metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
         **DIALECT_PATHS,
+        **RETRIEVAL_PATHS,
     },
     "components": {"schemas": {"Error": _ERROR, "Bit": _BIT, "Library": _LIBRARY, "Page": _PAGE}},
 }
