@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from librarian import TEST_MODEL, make_library, unit_vectors, write_library
 
+from host.catalog import replica as replica_module
 from host.catalog.generations import load_catalog
 from host.catalog.replica import AccessFollower, Replica
 from host.cli import main
@@ -69,6 +70,19 @@ def test_a_first_sync_lays_out_the_set_installs_its_compiled_stores_and_names_it
     catalog = load_catalog(folder, cache_dir=replica.compiled, progress=messages.append)
     assert sorted(library.name for library in catalog.libraries) == ["a", "b"]
     assert messages == ["opened a: 3 bits, test:unit-8", "opened b: 3 bits, test:unit-8"]  # published stores, not compiled here
+
+
+def test_a_replica_of_another_store_format_downloads_no_compiled_store_and_compiles_itself(
+        published: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(replica_module, "STORE_FORMAT", -1)  # as a replica of another version would be
+    replica = Replica(FolderOrigin(published[1]), tmp_path / "cache")
+    folder = replica.sync()
+    assert folder is not None
+    manifest = parse_manifest((published[1] / "manifest.json").read_bytes(), "test")
+    assert {entry.name for entry in replica.blobs.folder.iterdir()} == {library.blob.sha256 for library in manifest.libraries}
+    messages: list[str] = []
+    load_catalog(folder, cache_dir=replica.compiled, progress=messages.append)
+    assert messages == ["compiled a: 3 bits, test:unit-8", "compiled b: 3 bits, test:unit-8"]
 
 
 def test_an_unchanged_manifest_changes_nothing(published: tuple[Path, Path], tmp_path: Path) -> None:
@@ -188,6 +202,7 @@ def web_server(published: tuple[Path, Path]) -> Iterator[http.server.ThreadingHT
         ("127.0.0.1", 0), lambda *a: FailingHandler(*a, directory=str(published[1])))  # type: ignore[misc]
     server.mode = "ok"  # type: ignore[attr-defined]
     server.daemon_threads = True
+    server.handle_error = lambda request, address: None  # type: ignore[method-assign]  # a client gone after a stall
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server

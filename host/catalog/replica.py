@@ -40,7 +40,7 @@ from access.config import parse_settings, read_json_object
 from access.errors import AccessConfigError
 from host.origin import ObjectMissing, Origin, OriginError
 from host.origin.blobs import BlobStore, file_digest
-from host.origin.manifest import MANIFEST_KEY, MANIFEST_LIMIT, Manifest, ManifestError, parse_manifest
+from host.origin.manifest import MANIFEST_KEY, MANIFEST_LIMIT, Blob, Manifest, ManifestError, parse_manifest
 from host.store.compiled import STORE_FORMAT, install_compiled
 
 log = logging.getLogger("polymath_host.origin")
@@ -131,7 +131,7 @@ class Replica:
 
     def _build(self, manifest: Manifest, body: bytes, folder: Path) -> None:
         """Download what is missing and lay the set out under a temporary name, then rename it in."""
-        missing = [blob for blob in manifest.blobs() if not self.blobs.has(blob)]
+        missing = [blob for blob in self._needed(manifest) if not self.blobs.has(blob)]
         with ThreadPoolExecutor(DOWNLOADS) as downloads:  # a few at once: small blobs cost round trips
             for done in [downloads.submit(self.blobs.fetch, self.origin, blob) for blob in missing]:
                 done.result()
@@ -151,6 +151,16 @@ class Replica:
             building.rename(folder)
         finally:
             shutil.rmtree(building, ignore_errors=True)
+
+    def _needed(self, manifest: Manifest) -> list[Blob]:
+        """The library files, the compiled stores this host can open (of its store format), the access file."""
+        needed = {library.blob.sha256: library.blob for library in manifest.libraries}
+        for library in manifest.libraries:
+            if library.store_format == STORE_FORMAT:
+                needed.update((file.blob.sha256, file.blob) for file in library.compiled)
+        if self.access_from_manifest and manifest.access:
+            needed[manifest.access.sha256] = manifest.access
+        return list(needed.values())
 
     def _install_compiled(self, manifest: Manifest) -> None:
         """Published stores of this host's format go in place whole; of another format, the catalog compiles."""
