@@ -405,3 +405,20 @@ def _rewrite_source_key(folder: Path, key: SourceKey) -> None:
     temporary = folder / "meta.json.tmp"
     _write_synced(temporary, lambda handle: handle.write(json.dumps(meta).encode()))
     os.replace(temporary, folder / "meta.json")
+
+
+def install_compiled(files: dict[str, Path], folder: Path) -> None:
+    """Put a compiled store made elsewhere (its files by name, e.g. downloaded by a replica) at
+    `folder`, atomically and under the lock compilation takes: readers see the old store or the new one.
+    The files are hard-linked (copied across file systems); nothing checks them here: `open_compiled` does."""
+    with _locked(folder):
+        building = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        try:
+            for name, path in files.items():
+                try:
+                    os.link(path, building / name)
+                except OSError:
+                    shutil.copyfile(path, building / name)
+            _replace_folder(building, folder)
+        finally:
+            shutil.rmtree(building, ignore_errors=True)

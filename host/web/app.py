@@ -30,6 +30,7 @@ from host.search.errors import NothingLoaded, QueryError
 from host.service.allocator import limit_malloc_arenas, release_free_memory
 from host.service.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans, limit_blas_threads, own_memory
 from host.service.settings import Settings
+from host.service.sources import Sources, open_sources
 from host.store.residency import mapped_bytes
 from host.web.caller import verified_subject
 from host.web.dialects import dify, mcp_server, openai_embeddings, openai_errors, openai_vector_stores, ragflow
@@ -52,7 +53,7 @@ from host.web.page.endpoints import home_page, library_map
 from host.web.page.rendering import STATIC_PREFIX, StaticAssets
 from host.web.query_endpoint import query_endpoint
 from host.web.responses import error_response
-from host.web.server import prepare_worker
+from host.web.server import drain_on_sigterm, prepare_worker
 from host.web.service_endpoints import healthz, metrics, openapi, readyz
 from host.web.state import HostState, host_state
 
@@ -76,18 +77,25 @@ ROUTES = [
 
 
 def create_app(settings: Settings, catalog: Catalog | None = None, access: AccessControl | None = None,
-               embedders: Embedders | None = None) -> Starlette:
+               embedders: Embedders | None = None, sources: Sources | None = None) -> Starlette:
     """The ASGI app. Loads libraries, the access file and the embedders unless given them already
-    (ValueError for contradictory embedder settings or a malformed --cors-origin)."""
+    (ValueError for contradictory embedder settings or a malformed --cors-origin; StartRefused for
+    sources that cannot be opened). A replica's mirror is read as it is: its watcher syncs it."""
     cors = parse_cors_origins(settings.cors_origin)
+    sources = sources or open_sources(settings)
+    settings = sources.settings
     if catalog is None:
-        catalog = load_catalog(settings.libraries, cache_dir=settings.cache_dir, max_bytes=settings.max_library_bytes)
+        catalog = load_catalog(sources.root, cache_dir=sources.compiled_dir, max_bytes=settings.max_library_bytes)
+    if sources.replica is not None:
+        sources.replica.serving = sources.replica.current()  # what the catalog was just loaded from
     if embedders is None:
         embedders = embedders_for(settings, catalog)
-    state = HostState(settings, catalog, access or AccessControl.from_file(settings.access), embedders)
-    watcher = LibraryWatcher(state, settings.libraries, cache_dir=settings.cache_dir,
+    state = HostState(settings, catalog, access or AccessControl.from_file(sources.access_file), embedders)
+    state.origins = sources
+    watcher = LibraryWatcher(state, sources.root, cache_dir=sources.compiled_dir,
                              max_bytes=settings.max_library_bytes, interval=settings.watch_interval,
-                             also_each_poll=state.access.reload_if_changed)
+                             also_each_poll=partial(state.access.reload_if_changed, force=True), replica=sources.replica,
+                             access_follower=sources.access_follower)
 
     # None without the `mcp` extra: /mcp then answers 501. Pages of the origins listed with
     # --cors-origin may use it as well as loopback ones (never any origin, even with `*`).
@@ -106,6 +114,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
         await asyncio.gather(*map(asyncio.wrap_future, loading), return_exceptions=True)
         release_free_memory()
         log.info("%s", memory_line(state, with_embedder=bool(loading)))
+        drain_on_sigterm(settings.drain_seconds)
         async with mcp_server.running(mcp):
             yield
         if settings.watch_interval > 0:

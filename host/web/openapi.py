@@ -249,7 +249,8 @@ OPENAPI: dict[str, Any] = {
                           "404": _error("No such library visible to this caller"),
                           "429": _error("Too many requests")}}},
         "/healthz": {"get": {"summary": "Alive", "responses": {"200": {"description": "Alive"}}}},
-        "/readyz": {"get": {"summary": "Libraries loaded", "responses": {"200": {"description": "Ready"}}}},
+        "/readyz": {"get": {"summary": "Libraries loaded", "responses": {"200": {"description": "Ready"}, "503": {
+            "description": "Not ready: a replica before its first sync from its origin, or a host draining on SIGTERM"}}}},
         "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {
             "description": "Metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
         **DIALECT_PATHS,

@@ -25,12 +25,15 @@ import contextlib
 import fcntl
 import logging
 import resource
+import signal
 import socket
 import struct
 import termios
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -42,6 +45,7 @@ from uvicorn.server import ServerState
 
 from host.service.process import bind_workers_over_tcp
 from host.service.settings import Settings
+from host.web.coalescing import CoalescingTransport
 
 log = logging.getLogger("polymath_host.server")
 DESCRIPTORS_KEPT_FREE = 64  # the embedder's files, logs, the access file, a library being compiled, the watcher
@@ -50,6 +54,7 @@ OVER_CAP_BODY = b'{"error":"this host holds as many connections as it allows: tr
 CAP_WARNING_INTERVAL = 60.0  # seconds between two log lines saying requests are refused (or room made) at the cap
 # The connections of each server waiting for a request's headers, the longest-waiting first.
 _waiting: WeakKeyDictionary[ServerState, dict[GuardedH11Protocol, None]] = WeakKeyDictionary()
+DRAINING = threading.Event()  # set by SIGTERM while --drain-seconds run: /readyz answers 503
 
 
 async def refuse_over_cap(scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
@@ -95,7 +100,8 @@ class GuardedH11Protocol(H11Protocol):
         self._app = value
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        # Headers and body in one write: a replica killed mid-answer never leaves half of one (coalescing.py).
+        super().connection_made(CoalescingTransport(transport, self.loop))
         self._follow_headers()
         if self._crowded():
             self._make_room()
@@ -267,3 +273,29 @@ def run(app: Any, settings: Settings, *, host: str, port: int, workers: int, log
         uvicorn.run(app, factory=True, workers=workers, **options)
     else:
         uvicorn.run(app, **options)
+
+
+def drain_on_sigterm(seconds: float) -> None:
+    """Make SIGTERM first drain for `seconds`, then stop as uvicorn does (finishing requests in flight).
+
+    Called in the lifespan's startup, when uvicorn's own handler is in place (it restores the one
+    before it when it stops): the first SIGTERM sets DRAINING (/readyz 503, so a load balancer's
+    check takes this worker out) and hands the signal to uvicorn's handler `seconds` later, while
+    everything is still answered. A second SIGTERM, or SIGINT, stops at once as before.
+    """
+    stop = signal.getsignal(signal.SIGTERM)
+    if seconds <= 0 or not callable(stop):
+        return
+
+    def drain(signum: int, frame: FrameType | None) -> None:
+        if DRAINING.is_set():
+            stop(signum, frame)
+            return
+        DRAINING.set()
+        log.info("SIGTERM: draining for %g s (/readyz 503), then finishing requests in flight", seconds)
+        timer = threading.Timer(seconds, stop, (signum, frame))
+        timer.daemon = True
+        timer.start()
+
+    with contextlib.suppress(ValueError):  # not the main thread (an app run in-process by a test)
+        signal.signal(signal.SIGTERM, drain)

@@ -14,6 +14,7 @@ from host.catalog.generations import Catalog
 from host.embedders.service import Embedders
 from host.search.query import SearchPolicy
 from host.service.settings import Settings
+from host.service.sources import Sources
 from host.store.residency import Residency
 from host.web.metrics import Metrics
 from host.web.page.maps import ProjectionCache
@@ -42,6 +43,7 @@ class HostState:
         self.etags: LRUCache[tuple[Any, ...], str] = LRUCache(maxsize=ETAGS_KEPT)
         self.projections = ProjectionCache()  # libraries' maps (the page)
         self.public_generation = 0
+        self.origins: Sources | None = None  # where the libraries come from: a replica's sync shows in /readyz, /metrics
         self._public_fingerprint: tuple[tuple[str, str], ...] | None = None
         self._describe(catalog)
 
