@@ -50,11 +50,17 @@ _libc.madvise.restype = ctypes.c_int
 
 
 def physical_memory() -> int:
-    """Bytes of RAM in this machine (0 if unknown)."""
+    """Bytes of RAM this process may use: the machine's, or its container's limit if lower
+    (cgroup v2 `memory.max`; the page cache counts against it). 0 if unknown."""
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
-        return 0
+        machine = 0
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        return machine
+    return min(machine or int(limit), int(limit)) if limit.isdigit() else machine
 
 
 def default_populate_bytes() -> int:
