@@ -118,8 +118,8 @@ class Settings:
         "%(default)s; 1: each query scans alone)", metavar="N"))
     populate_bytes: int = field(default=default_populate_bytes(), metadata=option(
         "read the libraries' vectors and records into memory at load and map every page, so that no query "
-        "waits for a page fault, while they total at most N bytes (default %(default)s, half of this "
-        "machine's memory; the pages are shared by every worker; 0: never)", metavar="N"))
+        "waits for a page fault, while they total at most N bytes (default %(default)s, half of the memory "
+        "of this machine or its container; the pages are shared by every worker; 0: never)", metavar="N"))
     cors_origin: str = field(default="*", metadata=option(
         "origins whose web pages may call this host from a browser (CORS): * (default) for any page, "
         "none for no page of another origin, or origins such as https://app.example (repeat the option, "
