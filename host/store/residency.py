@@ -9,9 +9,9 @@ read-ahead elsewhere) reads the file into the page cache once and maps every pag
 Only the maps a query reads are populated: the vectors, the records, and the sign codes of a
 library without clusters (a clustered one never reads them). The vectors are mapped in 2 MB pages
 where the system's transparent huge pages allow it (`madvise` mode, the usual default, or
-`always`): a query's clusters then cost a TLB miss per 2 MB, not per 4 KB (`populate`). The pages belong to the page cache,
-shared by every worker and every process mapping the file; what a worker adds is its page tables
-(8 bytes a page: ~2 MB per GB mapped). They can still be evicted under memory pressure like any
+`always`): a query's clusters then cost a TLB miss per 2 MB, not per 4 KB (`populate`). The pages
+belong to the page cache, shared by every worker and every process mapping the file; what a worker
+adds is its page tables (8 bytes a 4 KB page, much less in 2 MB pages). They can still be evicted under memory pressure like any
 file page, so populating never makes a host run out of memory, but a store larger than the memory
 would only evict its own pages: `Residency` populates libraries while their total stays within a
 budget (by default half of the physical memory) and leaves larger ones to fault in as they are read.
@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
-import logging
 import mmap
 import os
 import threading
@@ -38,7 +37,6 @@ import numpy as np
 
 from host.store.compiled import CompiledLibrary
 
-log = logging.getLogger("polymath_host.store")
 MADV_POPULATE_READ = 22  # linux/mman.h (5.14+); Python's mmap module does not name it
 PAGE = mmap.PAGESIZE
 HUGE_PAGE = 2 << 20
@@ -110,7 +108,8 @@ def populate(array: np.ndarray, *, huge: bool = False) -> None:
 
     With `huge`, in 2 MB pages where the system allows: a query reads a few clusters of rows at
     random places, and with 4 KB pages every 4 KB of them costs a TLB miss (a cluster scan at 100k
-    bits took 0.41 ms in 2 MB pages against 0.52 ms in 4 KB ones, on a busy machine; docs/performance.md).
+    bits took 0.41 ms in 2 MB pages against 0.52 ms in 4 KB ones in one run on a busy machine, less
+    of a difference in others: docs/performance.md).
     The page cache holds a file in large pages when it read the file (Linux 6.x on ext4, XFS), not
     when the file was written (a library just compiled): a map mostly in small pages is let go of
     and read again, once; the next processes to map it (the other workers) find it in 2 MB pages.

@@ -1,7 +1,9 @@
 """JSON in and out at the HTTP edge, fast, with exactly the standard library's results.
 
-msgspec parses and renders JSON ~10x faster than the standard library's `json`, but it formats
-some floats differently (`1e-05` is `0.00001` there, `1e+16` is `1e16`). So:
+msgspec parses JSON 3-8x faster than the standard library's `json` (a query body: 9 -> 3 µs; 1,536
+floats in a list: 474 -> 59 µs) and renders it 1.6x faster with the walk below (a 10-bit answer:
+48 -> 30 µs), but alone it formats some floats differently (`1e-05` is `0.00001` there, `1e+16` is
+`1e16`). So:
 
 - `render_json(content)` walks the content once: every float becomes its Python `repr` (what
   `json.dumps` writes) as a pre-rendered fragment, and msgspec writes the rest. For strings,
