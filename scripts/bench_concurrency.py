@@ -22,6 +22,7 @@ As a script:
 
     python scripts/bench_concurrency.py --sizes 100k,1M --json out.json
     python scripts/bench_concurrency.py --sizes 100k --searches exact --connections 1,16 --seconds 5
+    python scripts/bench_concurrency.py --sizes 100k --searches auto --workers default   # one worker per core
 
 Needs wrk (`apt-get install -y wrk`) and psutil (the test extra).
 """
@@ -242,9 +243,11 @@ def in_process_floor(folder: Path, bits: int, queries: np.ndarray, search: str) 
 
 
 def measure_concurrency(workdir: Path, bits: int, *, searches: tuple[str, ...] = SEARCHES,
-                        connections: tuple[int, ...] = CONNECTIONS, seconds: float = 10.0, workers: int = 1,
+                        connections: tuple[int, ...] = CONNECTIONS, seconds: float = 10.0, workers: int | None = 1,
                         seed: int = 0, extra: tuple[str, ...] = ()) -> dict[str, Any]:
-    """wrk against a real serve at each number of connections, per search mode, distinct queries."""
+    """wrk against a real serve at each number of connections, per search mode, distinct queries
+    (`workers` None: serve's own default, one per core)."""
+    worker_options = ("--workers", str(workers)) if workers is not None else ()
     folder = ensure_library(workdir, bits, seed)
     index = open_index(folder, bits)
     queries = near_queries(index.libraries[0].embeddings, BODIES, np.random.default_rng(seed + 7))
@@ -252,11 +255,12 @@ def measure_concurrency(workdir: Path, bits: int, *, searches: tuple[str, ...] =
     payloads = [body(query) for query in queries]
     bodies = workdir / f"bodies-{label(bits)}.txt"
     bodies.write_bytes(b"\n".join(payloads) + b"\n")
-    results: dict[str, Any] = {"bits": bits, "workers": workers, "cores": os.cpu_count(), "searches": {}}
+    results: dict[str, Any] = {"bits": bits, "workers": workers or f"default, {os.cpu_count()}",
+                               "cores": os.cpu_count(), "searches": {}}
     for search in searches:
         say(f"{label(bits)} {search}: in-process one-query floor")
         measured: dict[str, Any] = {"in_process": in_process_floor(folder, bits, queries[:40], search), "runs": []}
-        options = ("--search", search, "--workers", str(workers), "--answer-cache-bytes", "0", *extra)
+        options = ("--search", search, *worker_options, "--answer-cache-bytes", "0", *extra)
         with Server(workdir, folder, *options) as server:
             server.wait_ready(payloads[0])
             for payload in payloads[1:8]:  # warm: pages of the matrix, the thread pool
@@ -266,7 +270,7 @@ def measure_concurrency(workdir: Path, bits: int, *, searches: tuple[str, ...] =
                 measured["runs"].append(run_wrk(workdir, server, bodies, count, seconds))
             measured["identical"] = identical_under_load(server, payloads[:48])
         if search == "auto":
-            with Server(workdir, folder, "--search", search, "--workers", str(workers), *extra) as cached:
+            with Server(workdir, folder, "--search", search, *worker_options, *extra) as cached:
                 cached.wait_ready(payloads[0])
                 one = workdir / f"body-one-{label(bits)}.txt"
                 one.write_bytes(payloads[0] + b"\n")
@@ -325,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--searches", default=",".join(SEARCHES))
     parser.add_argument("--connections", default=",".join(map(str, CONNECTIONS)))
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--workers", default="1", help="worker processes of serve, or `default` (serve's own: one per core)")
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "polymath-host-bench")
     parser.add_argument("--serve-option", action="append", default=[], help="passed to serve (repeatable)")
     parser.add_argument("--json", type=Path)
@@ -339,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         results[size] = measure_concurrency(
             args.workdir, SIZES[size], searches=tuple(args.searches.split(",")),
             connections=tuple(int(count) for count in args.connections.split(",")), seconds=args.seconds,
-            workers=args.workers, seed=args.seed, extra=tuple(args.serve_option))
+            workers=None if args.workers == "default" else int(args.workers), seed=args.seed,
+            extra=tuple(args.serve_option))
         if args.json:
             args.json.write_text(json.dumps(results, indent=1))
     print(report(results))

@@ -211,8 +211,9 @@ def test_without_the_mcp_extra_the_host_serves_everything_else_and_says_so(prepa
     log = root / f"no-mcp-{port}.log"
     code = "import sys; sys.modules['mcp'] = None; from host.cli import main; sys.exit(main())"
     with log.open("w") as output:
+        # One process: workers would be fresh interpreters, where `mcp` is importable again.
         process = subprocess.Popen([sys.executable, "-c", code, "serve", "--libraries", str(root / "libraries"),
-                                    "--port", str(port), "--embedder", "none"], cwd=root, stdout=output,
+                                    "--port", str(port), "--embedder", "none", "--workers", "1"], cwd=root, stdout=output,
                                    stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(PROJECT)})
     host = RunningHost(f"http://127.0.0.1:{port}", port, process, log)
     try:

@@ -14,9 +14,10 @@ from access import AccessConfigError, AccessControl
 from host.catalog.generations import load_catalog
 from host.cli.common import add_setting_options, say
 from host.service.allocator import limit_malloc_arenas
-from host.service.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans, limit_blas_threads
+from host.service.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans, cores, limit_blas_threads
 from host.service.settings import ENVIRONMENT_VARIABLE, Settings
 from host.service.sources import StartRefused, open_sources
+from host.store.residency import Residency
 
 
 def register(commands: Any) -> None:
@@ -25,8 +26,10 @@ def register(commands: Any) -> None:
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to bind (default 127.0.0.1, this machine only; 0.0.0.0 listens on every interface)")
     serve.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
-    serve.add_argument("--workers", type=int, default=1,
-                       help="worker processes (default 1); they share the memory-mapped libraries")
+    serve.add_argument("--workers", type=int, default=cores(), metavar="N",
+                       help=f"worker processes (default: one per core, {cores()} here); they share the memory-mapped "
+                            "libraries, so each costs only its own memory (each says how much at start); "
+                            "1 serves from this process")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_setting_options(serve)
     serve.set_defaults(func=serve_command)
@@ -35,6 +38,9 @@ def register(commands: Any) -> None:
 def serve_command(args: argparse.Namespace) -> int:
     from host.web import server
 
+    if args.workers < 1:
+        say(f"error: --workers must be at least 1, got {args.workers}")
+        return 1
     limit_malloc_arenas()  # before any thread starts (host/service/allocator.py says why)
     configure_logging(args.log_level)
     # Before anything is opened: a folder of many libraries maps several files each.
@@ -98,8 +104,14 @@ def serve_command(args: argparse.Namespace) -> int:
          f" (public bits only until {access_file} is created: polymath-host access init)")))
     where = {"host": args.host, "port": args.port, "workers": args.workers, "log_level": args.log_level}
     if args.workers > 1:
+        say(f"{args.workers} worker processes" + (" (one per core)" if args.workers == cores() else "")
+            + ", sharing the libraries' memory maps; --workers 1 serves from one process")
         # Workers are separate processes: they get the settings through the environment and
-        # open the libraries this process has just compiled.
+        # open the libraries this process has just compiled. Read into the page cache here first
+        # (in 2 MB pages where they can be), the maps are there for every worker to map at once.
+        # This process only supervises them: it lets go of the catalog.
+        Residency(settings.populate_bytes).admit(catalog.libraries)
+        del catalog, embedders
         os.environ[ENVIRONMENT_VARIABLE] = settings.to_environment()
         os.environ[LOG_LEVEL_VARIABLE] = args.log_level
         server.run("host.web.app:app_from_environment", settings, **where)

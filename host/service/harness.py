@@ -172,7 +172,7 @@ class RunningHost:
         self.stop()
 
 
-def spawn_host(libraries: Path | str, *arguments: str, cwd: Path | None = None, workers: int | None = None,
+def spawn_host(libraries: Path | str, *arguments: str, cwd: Path | None = None, workers: int | None = 1,
                env: Mapping[str, str] | None = None, log_path: Path | None = None, port: int | None = None,
                own_session: bool = False, open_files: tuple[int, int] | None = None) -> RunningHost:
     """Spawn `serve --libraries LIBRARIES --port PORT ARGUMENTS...` and return at once (not yet answering).
@@ -180,7 +180,10 @@ def spawn_host(libraries: Path | str, *arguments: str, cwd: Path | None = None, 
     - `cwd`: the server's working folder (default: the folder holding `libraries`); it is where
       a relative `--libraries` or `--access` is found, and where an `access.SECRET.json` is
       picked up when no `--access` is given.
-    - `workers`: adds `--workers N`; `env`: variables added to this process's environment;
+    - `workers`: adds `--workers N` (default 1: one process, whatever the cores, so that a test suite
+      or a benchmark does not multiply its servers' processes; None: serve's own default, one worker
+      per core), unless `--workers` is among the arguments; `env`: variables added to this
+      process's environment;
     - `log_path`: where stdout and stderr go (default `<cwd>/host-<port>.log`);
     - `port`: default a free one;
     - `own_session`: start the server in a session of its own (it always has a process group of
@@ -199,7 +202,7 @@ def spawn_host(libraries: Path | str, *arguments: str, cwd: Path | None = None, 
     command = host_command("serve", "--libraries", str(libraries), "--port", str(port), *arguments)
     if "--host" not in arguments:
         command += ["--host", LOCALHOST]
-    if workers is not None:
+    if workers is not None and "--workers" not in arguments:
         command += ["--workers", str(workers)]
     with log_path.open("wb") as log_file:  # the child writes through its own copy of the descriptor
         spawned_at = time.perf_counter()
@@ -214,7 +217,7 @@ def limit_open_files(limits: tuple[int, int]) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, limits)
 
 
-def start_host(libraries: Path | str, *arguments: str, cwd: Path | None = None, workers: int | None = None,
+def start_host(libraries: Path | str, *arguments: str, cwd: Path | None = None, workers: int | None = 1,
                env: Mapping[str, str] | None = None, log_path: Path | None = None, own_session: bool = False,
                ready_path: str = "/healthz", timeout: float = 30, open_files: tuple[int, int] | None = None) -> RunningHost:
     """Spawn a server (see `spawn_host`) and return once `GET ready_path` answers 200.

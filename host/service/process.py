@@ -7,8 +7,10 @@ worker is a fresh process that inherits only the environment.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import sys
+from pathlib import Path
 
 LOG_LEVEL_VARIABLE = "POLYMATH_HOST_LOG_LEVEL"  # how `serve --workers N` hands the log level to workers
 ACCESS_LOG = "polymath_host.access_log"
@@ -39,6 +41,28 @@ def configure_scans(threads: int, max_batch: int) -> None:
     from host.search.batching import BATCHER
 
     BATCHER.configure(threads=threads, max_batch=max_batch)
+
+
+def cores() -> int:
+    """The CPUs this process may run on (its affinity, as a container's cpuset limits it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def own_memory() -> int:
+    """Bytes of memory this process alone holds: its anonymous pages (heap, arrays read into memory,
+    models) and page tables. File pages (the libraries' memory maps, the code) are the page cache's,
+    shared with every process that maps them, and are not counted."""
+    fields = {}
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            name, _, value = line.partition(":")
+            fields[name] = value
+        return sum(int(fields[name].split()[0]) * 1024 for name in ("RssAnon", "VmPTE") if name in fields)
+    except (OSError, ValueError):
+        return 0
 
 
 def bind_workers_over_tcp() -> None:

@@ -16,6 +16,7 @@ from host.search.batching import MAX_BATCH
 from host.search.engine import PROBES
 from host.store.clusters import CLUSTER_FROM
 from host.store.compiled import DEFAULT_MAX_SOURCE_BYTES
+from host.store.residency import default_populate_bytes
 
 ENVIRONMENT_VARIABLE = "POLYMATH_HOST_SETTINGS"  # how `serve --workers N` hands settings to workers
 
@@ -115,6 +116,10 @@ class Settings:
     max_batch: int = field(default=MAX_BATCH, metadata=option(
         "exact queries scored together in one step of a shared pass over a library at most (default "
         "%(default)s; 1: each query scans alone)", metavar="N"))
+    populate_bytes: int = field(default=default_populate_bytes(), metadata=option(
+        "read the libraries' vectors and records into memory at load and map every page, so that no query "
+        "waits for a page fault, while they total at most N bytes (default %(default)s, half of the memory "
+        "of this machine or its container; the pages are shared by every worker; 0: never)", metavar="N"))
     cors_origin: str = field(default="*", metadata=option(
         "origins whose web pages may call this host from a browser (CORS): * (default) for any page, "
         "none for no page of another origin, or origins such as https://app.example (repeat the option, "

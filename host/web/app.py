@@ -28,9 +28,10 @@ from host.embedders.errors import EmbedderError, NoEmbedder
 from host.embedders.service import Embedders, build_embedders
 from host.search.errors import NothingLoaded, QueryError
 from host.service.allocator import limit_malloc_arenas, release_free_memory
-from host.service.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans, limit_blas_threads
+from host.service.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans, limit_blas_threads, own_memory
 from host.service.settings import Settings
 from host.service.sources import Sources, open_sources
+from host.store.residency import mapped_bytes
 from host.web.caller import verified_subject
 from host.web.dialects import dify, mcp_server, openai_embeddings, openai_errors, openai_vector_stores, ragflow
 from host.web.errors import HTTPError, from_core
@@ -109,8 +110,10 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
         # Before the first request (uvicorn listens once startup is over): the first text query does not
         # wait for a model, a worker answers with the memory it will keep (a model is ~160 MB: loaded
         # after /healthz, it once looked like growth under load), and loading's leftovers go back.
-        await asyncio.gather(*map(asyncio.wrap_future, state.embedders.start_loading()), return_exceptions=True)
+        loading = state.embedders.start_loading()
+        await asyncio.gather(*map(asyncio.wrap_future, loading), return_exceptions=True)
         release_free_memory()
+        log.info("%s", memory_line(state, with_embedder=bool(loading)))
         drain_on_sigterm(settings.drain_seconds)
         async with mcp_server.running(mcp):
             yield
@@ -161,6 +164,14 @@ def embedders_for(settings: Settings, catalog: Catalog) -> Embedders:
     return build_embedders(settings.embedder, settings.embedder_url, settings.embedder_model,
                            settings.embedder_library_model, index.dimension if index else None,
                            timeout=settings.embedder_timeout)
+
+
+def memory_line(state: HostState, *, with_embedder: bool) -> str:
+    """What this serving process costs in memory of its own, and what it shares with every other worker."""
+    shared = sum(mapped_bytes(library) for library in state.catalog.libraries)
+    return (f"process {os.getpid()} serving: {own_memory() / 2**20:,.0f} MiB of memory of its own (anonymous "
+            f"memory and page tables{', with its embedder' if with_embedder else ''}); the libraries' "
+            f"{shared / 2**20:,.0f} MiB of memory maps are shared by every worker")
 
 
 def app_from_environment() -> Starlette:

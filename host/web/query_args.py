@@ -143,4 +143,4 @@ def query_vector(raw: bytes, dimension: int, model: str) -> np.ndarray:
         )
     if not np.isfinite(vector).all() or np.abs(vector).max() > MAX_QUERY_MAGNITUDE:
         raise bad_request(f"query_embedding values must be finite numbers of magnitude at most {MAX_QUERY_MAGNITUDE:g}")
-    return vector.astype(np.float32)
+    return vector.astype(np.float32, copy=False)  # float32 arrives as it is: a read-only view of the request's bytes

@@ -9,8 +9,8 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 
-from host.library.format import parse_json
 from host.web.errors import HTTPError, bad_request
+from host.web.fast_json import parse_json
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 

@@ -1,10 +1,9 @@
-"""Bytes on the wire: JSON (NaN refused, as Starlette's JSONResponse does) and MessagePack, error
-bodies, the caching headers every response computed for a caller carries, and bodies sent in
+"""Bytes on the wire: JSON (NaN refused, as Starlette's JSONResponse does; host/web/fast_json.py) and
+MessagePack, error bodies, the caching headers every response computed for a caller carries, and bodies sent in
 pieces (a large one is never held whole for a client who reads slowly)."""
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
@@ -15,6 +14,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from host.web.errors import HTTPError
+from host.web.fast_json import render_json as render_json  # every endpoint's JSON renderer
 
 JSON = "application/json"
 MSGPACK = "application/msgpack"
@@ -50,10 +50,6 @@ def answer_format(accept: str) -> AnswerFormat:
         ranked.setdefault(kind.lower(), (quality, -position))
     text, json_ = ranked.get("text/plain", (0.0, 0)), ranked.get("application/json", (0.0, 0))
     return "text" if text[0] > 0 and text > json_ else "json"
-
-
-def render_json(content: Any) -> bytes:
-    return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 def render_msgpack(content: Any) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
@@ -14,9 +15,11 @@ from host.embedders.service import Embedders
 from host.search.query import SearchPolicy
 from host.service.settings import Settings
 from host.service.sources import Sources
+from host.store.residency import Residency
 from host.web.metrics import Metrics
 from host.web.page.maps import ProjectionCache
 
+log = logging.getLogger("polymath_host")
 ETAGS_KEPT = 4096
 LARGEST_SHARE = 8  # one entry may take at most this fraction of a cache: it never empties it alone
 # What an entry costs beyond its body and its key's bytes and text: the tuples, the objects' headers
@@ -27,6 +30,8 @@ ENTRY_OVERHEAD = 1024
 class HostState:
     def __init__(self, settings: Settings, catalog: Catalog, access: AccessControl, embedders: Embedders) -> None:
         self.settings = settings
+        self.residency = Residency(settings.populate_bytes)
+        self._populate(catalog)
         self.catalog = catalog
         self.access = access
         self.embedders = embedders
@@ -44,8 +49,14 @@ class HostState:
 
     def install(self, catalog: Catalog) -> None:
         """Swap in a new generation: requests already running keep the one they read."""
+        self._populate(catalog)  # before the swap: the first queries of a new library find its pages mapped
         self.catalog = catalog
         self._describe(catalog)
+
+    def _populate(self, catalog: Catalog) -> None:
+        populated = self.residency.admit(catalog.libraries)
+        if populated.libraries or (populated.left and self.residency.budget):
+            log.info("%s", populated.describe(self.residency.budget))
 
     def _describe(self, catalog: Catalog) -> None:
         # /metrics and /readyz are as public as every other path: they tell only what anyone may

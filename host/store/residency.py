@@ -1,0 +1,222 @@
+"""Populating a compiled library's memory maps at load, while they fit in a share of the memory.
+
+A freshly opened map has no page mapped in this process: the first query to touch a page of
+vectors or records takes a page fault (a minor one when the file is in the page cache, a disk read
+when not), so the first thousands of queries of a new server or a new library each pay for tens to
+hundreds of faults. Populating the map (`madvise(MADV_POPULATE_READ)`, Linux 5.14+; `MADV_WILLNEED`
+read-ahead elsewhere) reads the file into the page cache once and maps every page up front.
+
+Only the maps a query reads are populated: the vectors, the records, and the sign codes of a
+library without clusters (a clustered one never reads them). The vectors are mapped in 2 MB pages
+where the system's transparent huge pages allow it (`madvise` mode, the usual default, or
+`always`): a query's clusters then cost a TLB miss per 2 MB, not per 4 KB (`populate`). The pages
+belong to the page cache, shared by every worker and every process mapping the file; what a worker
+adds is its page tables (8 bytes a 4 KB page, much less in 2 MB pages). They can still be evicted under memory pressure like any
+file page, so populating never makes a host run out of memory, but a store larger than the memory
+would only evict its own pages: `Residency` populates libraries while their total stays within a
+budget (by default half of the physical memory) and leaves larger ones to fault in as they are read.
+
+The madvise call is made through ctypes, which releases the GIL: populating a library that a reload
+brings in (on the watcher's thread) does not stop the server answering meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import mmap
+import os
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from host.store.compiled import CompiledLibrary
+
+MADV_POPULATE_READ = 22  # linux/mman.h (5.14+); Python's mmap module does not name it
+PAGE = mmap.PAGESIZE
+HUGE_PAGE = 2 << 20
+_READING_AGAIN_HELPS = [True]  # until a file read again stays in small pages (this process)
+MOSTLY_HUGE = 0.9  # a map with less of it in 2 MB pages is read again (a cluster scan on one 60% so: no faster)
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+_libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+_libc.madvise.restype = ctypes.c_int
+
+
+def physical_memory() -> int:
+    """Bytes of RAM this process may use: the machine's, or its container's limit if lower
+    (cgroup v2 `memory.max`; the page cache counts against it). 0 if unknown."""
+    try:
+        machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        machine = 0
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        return machine
+    return min(machine or int(limit), int(limit)) if limit.isdigit() else machine
+
+
+def default_populate_bytes() -> int:
+    """Half of the physical memory: the most a host populates by default."""
+    return physical_memory() // 2
+
+
+def mapped_arrays(library: CompiledLibrary) -> list[np.ndarray]:
+    """The memory-mapped arrays a query of this library reads."""
+    arrays = [library.embeddings, library.records]
+    if library.cluster_offsets is None:
+        arrays.append(library.sign_codes)
+    return [array for array in arrays if array.nbytes and _is_mapped(array)]
+
+
+def mapped_bytes(library: CompiledLibrary) -> int:
+    return sum(array.nbytes for array in mapped_arrays(library))
+
+
+def _is_mapped(array: np.ndarray) -> bool:
+    return _base(array, mmap.mmap) is not None
+
+
+def _base(array: np.ndarray, kind: type) -> object | None:
+    base = array.base
+    while base is not None and not isinstance(base, kind):
+        base = getattr(base, "base", None)
+    return base
+
+
+def _mapped_file(array: np.ndarray) -> str | None:
+    memmap = _base(array, np.memmap)
+    return getattr(memmap, "filename", None)
+
+
+def huge_pages_possible() -> bool:
+    """Whether transparent huge pages may back a mapping that asks for them (not `never`)."""
+    try:
+        return "[never]" not in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return False
+
+
+def populate(array: np.ndarray, *, huge: bool = False) -> None:
+    """Read `array`'s pages into memory and map them all in this process (where the kernel has no
+    MADV_POPULATE_READ: start reading them ahead).
+
+    With `huge`, in 2 MB pages where the system allows: a query reads a few clusters of rows at
+    random places, and with 4 KB pages every 4 KB of them costs a TLB miss (a cluster scan at 100k
+    bits took 0.41 ms in 2 MB pages against 0.52 ms in 4 KB ones in one run on a busy machine, less
+    of a difference in others: docs/performance.md).
+    The page cache holds a file in large pages when it read the file (Linux 6.x on ext4, XFS), not
+    when the file was written (a library just compiled): a map mostly in small pages is let go of
+    and read again, once; the next processes to map it (the other workers) find it in 2 MB pages.
+    Where reading again did not help (a file system without large pages), it is not tried again."""
+    address = array.__array_interface__["data"][0]
+    start = address - address % PAGE
+    length = address + array.nbytes - start
+    if huge:
+        _madvise(start, length, mmap.MADV_HUGEPAGE)
+    if _madvise(start, length, MADV_POPULATE_READ) != 0:
+        _madvise(start, length, mmap.MADV_WILLNEED)
+        return
+    path = _mapped_file(array)
+    if huge and path is not None and length >= HUGE_PAGE and _READING_AGAIN_HELPS[0] \
+            and in_huge_pages(start) < MOSTLY_HUGE:
+        _madvise(start, length, mmap.MADV_DONTNEED)  # this process's small pages go: the cache may drop them
+        with contextlib.suppress(OSError):
+            descriptor = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(descriptor)
+        _madvise(start, length, MADV_POPULATE_READ)
+        _READING_AGAIN_HELPS[0] = in_huge_pages(start) >= MOSTLY_HUGE
+
+
+def _madvise(start: int, length: int, advice: int) -> int:
+    result: int = _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), advice)
+    return result
+
+
+def in_huge_pages(address: int) -> float:
+    """The share of the resident pages of this process's mapping at `address` mapped as 2 MB pages."""
+    rss = pmd = 0
+    inside = False
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/smaps").read_text().splitlines():
+            fields = line.split()
+            if not fields:
+                continue
+            if "-" in fields[0] and not fields[0].endswith(":"):
+                low, _, high = fields[0].partition("-")
+                inside = int(low, 16) <= address < int(high, 16)
+            elif inside and fields[0] == "Rss:":
+                rss = int(fields[1])
+            elif inside and fields[0] == "FilePmdMapped:":
+                pmd = int(fields[1])
+    return pmd / rss if rss else 0.0
+
+
+@dataclass
+class Populated:
+    """What one `Residency.admit` did: libraries and bytes populated, those left to fault in, seconds."""
+
+    libraries: int = 0
+    bytes: int = 0
+    left: int = 0
+    left_bytes: int = 0
+    seconds: float = 0.0
+
+    def describe(self, budget: int) -> str:
+        said = f"populated the memory maps of {self.libraries} {_libraries(self.libraries)} " \
+               f"({self.bytes / 2**20:,.1f} MiB) in {self.seconds:.2f} s"
+        if self.left:
+            said += (f"; {self.left} {_libraries(self.left)} ({self.left_bytes / 2**20:,.1f} MiB) read as queries "
+                     f"touch them: over --populate-bytes ({budget:,} bytes)")
+        return said
+
+
+def _libraries(count: int) -> str:
+    return "library" if count == 1 else "libraries"
+
+
+class Residency:
+    """Which libraries of a serving process have their maps populated, within `budget` bytes in all."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._populated: dict[int, tuple[CompiledLibrary, int]] = {}  # id -> (library, bytes): those served
+        self._lock = threading.Lock()
+
+    def admit(self, libraries: Iterable[CompiledLibrary]) -> Populated:
+        """Populate the maps of `libraries` (the generation about to be served) not populated yet,
+        while the total populated stays within the budget. Libraries no longer served stop counting."""
+        started = time.perf_counter()
+        done = Populated()
+        huge = huge_pages_possible()
+        with self._lock:
+            current = {id(library): library for library in libraries}
+            self._populated = {key: held for key, held in self._populated.items() if key in current}
+            total = sum(size for _, size in self._populated.values())
+            for key, library in current.items():
+                if key in self._populated:
+                    continue
+                size = mapped_bytes(library)
+                if total + size > self.budget:
+                    done.left += 1
+                    done.left_bytes += size
+                    continue
+                for array in mapped_arrays(library):
+                    populate(array, huge=huge and array is library.embeddings)
+                self._populated[key] = (library, size)
+                total += size
+                done.libraries += 1
+                done.bytes += size
+        done.seconds = time.perf_counter() - started
+        return done
+
+    def is_populated(self, library: CompiledLibrary) -> bool:
+        return id(library) in self._populated
