@@ -196,7 +196,8 @@ def test_workers_answer_keep_alive_requests_without_a_delayed_ack_stall(two_work
                 "query_embedding": b64(VECTORS[row % 10]), "query_embedding_model": TEST_MODEL,
                 "count": 2, "count_type": "bit"}), row % 10)
             timings.append(time.perf_counter() - started)
-    assert sorted(timings)[10] < 0.02, f"median {sorted(timings)[10] * 1000:.1f} ms per keep-alive request"
+    # A delayed-ACK stall costs every answer ~40 ms; a busy machine slows some answers, not all of them.
+    assert min(timings) < 0.03, f"fastest of 21 keep-alive requests took {min(timings) * 1000:.1f} ms"
 
 
 # ---- SIGTERM: in-flight requests finish, exit 0 ---------------------------------------------------

@@ -238,9 +238,13 @@ def test_stalled_headers_do_not_hold_up_other_clients(limited: RunningHost) -> N
         half_headers.append(connection)
     try:
         for _ in range(5):
-            begin = time.monotonic()
             assert_still_serving(limited.url)
-            assert time.monotonic() - begin < 0.5
+        # Served while the stalled connections were still held open (not only once their header
+        # timer dropped them), however long serving took on a busy machine.
+        for connection in half_headers:
+            connection.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                connection.recv(1)  # b"" would mean the server had closed it already
     finally:
         for connection in half_headers:
             connection.close()
