@@ -22,9 +22,16 @@ above holds its rows sorted by cluster (rows of a cluster in file order), and th
     source_rows.npy     (bits,) int64, the row in the library file of each stored row
     centroids.npy       (clusters, dimension) float32, unit length
     cluster_offsets.npy (clusters + 1,) int64, cluster c is stored at rows [offsets[c], offsets[c + 1])
+    codes.npy           (bits, dimension) uint8: each value as one of 256 levels of its dimension, a
+    code_scale.npy      quarter of the floats, what approximate search scans (host/store/codes.py);
+                        (2, dimension) float32: each dimension's lowest level and the step between levels
 
 Rows are only ever addressed by stored row; `source_rows` breaks ties (file order, as without a
-layout) and gives the file order back when a library is published.
+layout) and gives the file order back when a library is published. Every array is opened as a
+memory map: opening a library reads nothing but meta.json, and every worker shares the pages.
+
+Compiling streams the library file (host/store/writer.py): memory stays far below the size of the
+vectors whatever the size of the file.
 
 The folder is built under a temporary name and renamed into place, so a reader never sees a
 half-written one; a folder whose files disagree with meta.json is rebuilt, not trusted.
@@ -97,6 +104,8 @@ class CompiledLibrary:
     source_rows: np.ndarray | None = None  # stored row -> its row in the file; None: stored in file order
     centroids: np.ndarray | None = None  # (clusters, dimension) float32 of a clustered library
     cluster_offsets: np.ndarray | None = None  # (clusters + 1,) int64: where each cluster's rows start
+    codes: np.ndarray | None = None  # (bits, dimension) uint8 of a clustered library (host/store/codes.py)
+    code_scale: np.ndarray | None = None  # (2, dimension) float32: lowest level, step
 
     @property
     def bit_count(self) -> int:
@@ -234,15 +243,15 @@ def open_compiled(folder: Path, source: Path) -> CompiledLibrary:
             raise StoreError(f"{folder}: store format {meta.get('store_format')!r} is not {STORE_FORMAT}")
         bits, dimension = meta["bits"], meta["dimension"]
 
-        def array(name: str, dtype: str, shape: tuple[int, ...], mmap: bool = True) -> np.ndarray:
-            loaded: np.ndarray = np.load(folder / f"{name}.npy", mmap_mode="r" if mmap else None, allow_pickle=False)
+        def array(name: str, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+            loaded: np.ndarray = np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False)
             if loaded.dtype != np.dtype(dtype) or loaded.shape != shape:
                 raise StoreError(f"{folder}/{name}.npy: expected {dtype} {shape}, found {loaded.dtype} {loaded.shape}")
-            return loaded
+            # np.asarray drops the memmap subclass (whose operators are slower) but keeps the mapping.
+            return np.asarray(loaded)
 
-        # np.asarray drops the memmap subclass (whose operators are slower) but keeps the mapping.
-        embeddings = np.asarray(array("embeddings", "<f4", (bits, dimension)))
-        offsets = array("record_offsets", "<i8", (bits + 1,), mmap=False)
+        embeddings = array("embeddings", "<f4", (bits, dimension))
+        offsets = array("record_offsets", "<i8", (bits + 1,))
         records_path = folder / "records.bin"
         if records_path.stat().st_size != meta["records_bytes"] or offsets[-1] != meta["records_bytes"]:
             raise StoreError(f"{records_path}: size does not match meta.json")
@@ -251,26 +260,28 @@ def open_compiled(folder: Path, source: Path) -> CompiledLibrary:
             if meta["records_bytes"]
             else np.zeros(0, dtype=np.uint8)
         )
-        tag_ids = array("tag_ids", "<u2", (bits,), mmap=False)
+        tag_ids = array("tag_ids", "<u2", (bits,))
         if bits and int(tag_ids.max()) >= len(meta["tags"]):
             raise StoreError(f"{folder}/tag_ids.npy: tag id out of range")
         clusters = int(meta["clusters"])
-        source_rows = centroids = cluster_offsets = None
+        source_rows = centroids = cluster_offsets = codes = code_scale = None
         if clusters:
-            source_rows = array("source_rows", "<i8", (bits,), mmap=False)
-            centroids = array("centroids", "<f4", (clusters, dimension), mmap=False)
-            cluster_offsets = array("cluster_offsets", "<i8", (clusters + 1,), mmap=False)
+            source_rows = array("source_rows", "<i8", (bits,))
+            centroids = np.array(array("centroids", "<f4", (clusters, dimension)))  # read by every query
+            cluster_offsets = np.array(array("cluster_offsets", "<i8", (clusters + 1,)))
             _check_layout(folder, source_rows, cluster_offsets, bits)
+            codes = array("codes", "|u1", (bits, dimension))
+            code_scale = np.array(array("code_scale", "<f4", (2, dimension)))
         return CompiledLibrary(
             name=meta["name"],
             source=source,
             embedding_model=meta["embedding_model"],
             embeddings=embeddings,
-            token_counts=array("token_counts", "<i4", (bits,), mmap=False),
+            token_counts=array("token_counts", "<i4", (bits,)),
             tag_ids=tag_ids,
             tags=tuple(meta["tags"]),
-            ids=array("ids", "|S32", (bits,), mmap=False),
-            sign_codes=np.asarray(array("sign_codes", "<u8", (words_for(dimension), bits))),
+            ids=array("ids", "|S32", (bits,)),
+            sign_codes=array("sign_codes", "<u8", (words_for(dimension), bits)),
             records=records,
             record_offsets=offsets,
             details=meta["details"],
@@ -281,6 +292,8 @@ def open_compiled(folder: Path, source: Path) -> CompiledLibrary:
             source_rows=source_rows,
             centroids=centroids,
             cluster_offsets=cluster_offsets,
+            codes=codes,
+            code_scale=code_scale,
         )
     except StoreError:
         raise

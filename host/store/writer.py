@@ -35,6 +35,7 @@ from host.constraints.text_index import build_text_index, save_text_index
 from host.library.format import BitBlock, LibraryHeader
 from host.library.visibility import PUBLIC
 from host.store.clusters import CLUSTER_FROM, plan_layout
+from host.store.codes import code_scale, encode
 from host.store.sign_codes import pack_signs, words_for
 
 STORE_FORMAT = 7  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json; 6: clustered layout; 7: streamed compile
@@ -61,6 +62,8 @@ class StoreWriter:
         self._signs: list[np.ndarray] = []
         self._public = hashlib.sha256()  # the public bits, in file order
         self._largest_norm = 0.0
+        self._low: np.ndarray | None = None  # each dimension's smallest and largest value (for the codes)
+        self._high: np.ndarray | None = None
 
     def add(self, block: BitBlock) -> None:
         if not len(block):
@@ -77,6 +80,9 @@ class StoreWriter:
         self._ids += b"".join(block.ids)
         self._signs.append(pack_signs(vectors))
         self._largest_norm = max(self._largest_norm, largest_norm(vectors))
+        low, high = vectors.min(axis=0), vectors.max(axis=0)
+        self._low = low if self._low is None else np.minimum(self._low, low)
+        self._high = high if self._high is None else np.maximum(self._high, high)
         digest = self._public
         for row, tag in enumerate(block.tags):
             if not tag:
@@ -109,7 +115,9 @@ class StoreWriter:
         record_offsets = np.zeros(rows + 1, dtype=np.int64)
         np.cumsum(lengths if order is None else lengths[order], out=record_offsets[1:])
         if order is not None:
-            _rewrite_rows(folder / "embeddings.npy", order, step)
+            assert self._low is not None and self._high is not None
+            scale = code_scale(self._low, self._high)
+            _rewrite_rows(folder / "embeddings.npy", order, scale, step)
             _rewrite_records(folder / "records.bin", lengths, order)
         signs = np.concatenate(self._signs) if self._signs else np.zeros((0, words_for(dimension)), dtype="<u8")
         self._signs = []
@@ -126,7 +134,8 @@ class StoreWriter:
             "sign_codes": np.ascontiguousarray(arranged(signs).T),
         }
         if layout is not None:
-            arrays.update(source_rows=layout.order, centroids=layout.centroids, cluster_offsets=layout.offsets)
+            arrays.update(source_rows=layout.order, centroids=layout.centroids, cluster_offsets=layout.offsets,
+                          code_scale=scale)
         for array_name, values in arrays.items():
             write_synced(folder / f"{array_name}.npy", lambda handle, a=values: np.save(handle, a))
         sync(folder / "embeddings.npy")
@@ -234,19 +243,23 @@ def _fix_npy_header(path: Path, shape: tuple[int, int]) -> None:
         handle.write(header.getvalue())
 
 
-def _rewrite_rows(path: Path, order: np.ndarray, step: Step) -> None:
-    """`path` (a (rows, dimension) .npy in file order) rewritten as rows `order`, block by block."""
+def _rewrite_rows(path: Path, order: np.ndarray, scale: np.ndarray, step: Step) -> None:
+    """`path` (a (rows, dimension) .npy in file order) rewritten as rows `order`, block by block,
+    and their 8-bit codes beside it (codes.npy)."""
     file_order = path.with_name(".file-order.npy")
     path.rename(file_order)
-    with RowFile(file_order) as matrix, path.open("wb") as handle:
+    with RowFile(file_order) as matrix, path.open("wb") as handle, path.with_name("codes.npy").open("wb") as codes:
         np.lib.format.write_array_header_1_0(handle, {"descr": "<f4", "fortran_order": False, "shape": matrix.shape})
+        np.lib.format.write_array_header_1_0(codes, {"descr": "|u1", "fortran_order": False, "shape": matrix.shape})
         for start in range(0, len(order), ROW_BLOCK):
             # Rows of a block are read in file order (sorted), which the page cache and disk prefer.
             wanted = order[start : start + ROW_BLOCK]
             sorted_rows = np.sort(wanted)
-            block = matrix[sorted_rows]
-            handle.write(block[np.searchsorted(sorted_rows, wanted)].data)
+            block = matrix[sorted_rows][np.searchsorted(sorted_rows, wanted)]
+            handle.write(block.data)
+            codes.write(encode(block, scale).data)
             step("writing", (start + len(wanted)) / len(order))
+    sync(path.with_name("codes.npy"))
     file_order.unlink()
 
 
