@@ -11,6 +11,7 @@ import binascii
 import hashlib
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -323,7 +324,7 @@ class BitChecker:
         assert isinstance(text, str) and isinstance(token_count, int)  # checked above; tells the type checker
         return _Bit(vector, int(token_count), canonical_digest(info["url"], text), {"text": text, "info": info}, tag)
 
-    def _keep(self, bits: list[_Bit | None]) -> BitBlock:
+    def _keep(self, bits: Sequence[_Bit | None]) -> BitBlock:
         # One copy per tag: which copy a caller gets is decided per caller (ModelIndex), so a
         # private copy listed first never hides a public one.
         kept = []

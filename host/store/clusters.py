@@ -21,6 +21,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -51,7 +52,14 @@ def cluster_count(training_bits: int) -> int:
     return max(1, min(training_bits, round(CLUSTERS_PER_SQRT * math.sqrt(training_bits))))
 
 
-def plan_layout(embeddings: np.ndarray, public: np.ndarray, *, seed: int = SEED,
+class Rows(Protocol):
+    """A (rows, dimension) float32 matrix, in memory or read from a file a block at a time."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, rows: Any) -> np.ndarray: ...
+
+
+def plan_layout(embeddings: Rows | np.ndarray, public: np.ndarray, *, seed: int = SEED,
                 clusters: int | None = None, step: Callable[[str, float], None] | None = None) -> Layout:
     """The clustered layout of `embeddings` ((bits, dimension) float32, in memory or memory-mapped;
     `public`: bool per row). `step(what, fraction done)` is told how far it is."""
@@ -109,7 +117,7 @@ def _split_largest(centroids: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     return centroids
 
 
-def assign(rows: np.ndarray, centroids: np.ndarray, step: Callable[[str, float], None]) -> np.ndarray:
+def assign(rows: Rows | np.ndarray, centroids: np.ndarray, step: Callable[[str, float], None]) -> np.ndarray:
     """Each row's cluster, block by block (a matrix on disk is read once, in order), with every
     core BLAS has: the products are the compile's largest arithmetic (1M x 1,000 x 1,536 x 2 flops).
 

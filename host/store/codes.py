@@ -36,7 +36,8 @@ def code_scale(low: np.ndarray, high: np.ndarray) -> np.ndarray:
 def encode(rows: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """(rows, dimension) float32 -> uint8 codes: the nearest level of each value."""
     levels = np.rint((rows - scale[0]) / scale[1])
-    return np.clip(levels, 0, LEVELS).astype(np.uint8)
+    codes: np.ndarray = np.clip(levels, 0, LEVELS).astype(np.uint8)
+    return codes
 
 
 class CodedQuery:

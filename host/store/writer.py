@@ -25,6 +25,7 @@ import json
 import os
 from array import array
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -137,7 +138,7 @@ class StoreWriter:
             arrays.update(source_rows=layout.order, centroids=layout.centroids, cluster_offsets=layout.offsets,
                           code_scale=scale)
         for array_name, values in arrays.items():
-            write_synced(folder / f"{array_name}.npy", lambda handle, a=values: np.save(handle, a))
+            write_synced(folder / f"{array_name}.npy", partial(np.save, arr=values))
         sync(folder / "embeddings.npy")
         sync(folder / "records.bin")
         step("indexing text", 0.0)
@@ -182,7 +183,7 @@ class RowFile:
         self._handle = path.open("rb")
         np.lib.format.read_magic(self._handle)
         shape, _, dtype = np.lib.format.read_array_header_1_0(self._handle)
-        self.shape: tuple[int, int] = shape
+        self.shape: tuple[int, int] = (int(shape[0]), int(shape[1]))
         self.dtype = dtype
         self._offset = self._handle.tell()
         self._row_bytes = shape[1] * dtype.itemsize
@@ -215,7 +216,7 @@ class RowFile:
 
 def read_at(fd: int, offset: int, out: np.ndarray) -> None:
     """Fill `out` (C-contiguous) with the bytes of the file at `offset`."""
-    view = memoryview(out).cast("B")
+    view = memoryview(out).cast("B")  # type: ignore[arg-type]
     done = 0
     while done < len(view):
         count = os.preadv(fd, [view[done:]], offset + done)
