@@ -177,7 +177,8 @@ class WordIndexBuilder:
         self.lengths.append(lengths)
         self.numbers.append(np.fromiter(map(self.numbering.__getitem__, found), dtype=np.int32, count=len(found)))
 
-    def finish(self) -> dict[str, np.ndarray]:
+    def finish(self, stored_row: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The arrays; with `stored_row` (the place each row fed will have), rows are numbered as stored."""
         lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, dtype=np.int64)
         rows = len(lengths)
         numbering = self.numbering
@@ -202,6 +203,8 @@ class WordIndexBuilder:
             term_ids = renumber[numbers]
             counts += np.bincount(term_ids, minlength=len(vocabulary))
             row_of_word = np.repeat(np.arange(row, row + len(chunk_lengths), dtype=np.int64), chunk_lengths)
+            if stored_row is not None:
+                row_of_word = stored_row[row_of_word]
             starts = np.cumsum(chunk_lengths) - chunk_lengths
             in_row = np.arange(len(numbers), dtype=np.int64) - np.repeat(starts, chunk_lengths)
             part = combined[position : position + len(numbers)]
@@ -269,7 +272,8 @@ class ValueIndexBuilder:
         folded = [fold(value) for value in values]
         self.numbers.append(np.fromiter(map(self.numbering.__getitem__, folded), dtype=np.int32, count=len(folded)))
 
-    def finish(self) -> dict[str, np.ndarray]:
+    def finish(self, order: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The arrays; with `order` (stored row -> row fed), values are listed as stored."""
         distinct = sorted(self.numbering)
         renumber = np.empty(len(distinct), dtype=np.int32)
         renumber[np.fromiter(map(self.numbering.__getitem__, distinct), dtype=np.int64, count=len(distinct))] = (
@@ -279,7 +283,7 @@ class ValueIndexBuilder:
         return {
             "values": data,
             "value_offsets": offsets,
-            "value_ids": renumber[numbers],
+            "value_ids": renumber[numbers] if order is None else renumber[numbers[order]],
             "numbers": np.array([as_number(value) for value in distinct], dtype=np.float64),
         }
 
@@ -302,30 +306,48 @@ class TextIndex:
     values: Mapping[str, ValueIndex]
 
 
+class TextIndexBuilder:
+    """A library's text index, fed its records a chunk at a time in any row order, finished in another."""
+
+    def __init__(self) -> None:
+        self.words = {field: WordIndexBuilder() for field in INDEXED_FIELDS}
+        self.values = {field: ValueIndexBuilder() for field in INFO_FIELDS}
+
+    def add(self, records: Iterable[dict[str, Any]]) -> None:
+        iterator = iter(records)
+        while chunk := list(itertools.islice(iterator, TOKENIZE_CHUNK)):
+            for field in INDEXED_FIELDS:
+                texts = [field_value(record, field, "") for record in chunk]
+                self.words[field].add(texts)
+                if field in self.values:
+                    self.values[field].add(texts)
+
+    def finish(self, order: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The arrays by file name (without `.npy`); with `order` (stored row -> row fed), for rows as stored."""
+        stored_row = None
+        if order is not None:
+            stored_row = np.empty(len(order), dtype=np.int64)
+            stored_row[order] = np.arange(len(order))
+        arrays: dict[str, np.ndarray] = {}
+        for field in INDEXED_FIELDS:
+            for part, array in self.words.pop(field).finish(stored_row).items():
+                arrays[f"{PREFIX}{field}.{part}"] = array
+            if field in self.values:
+                for part, array in self.values.pop(field).finish(order).items():
+                    arrays[f"{PREFIX}{field}.{part}"] = array
+        return arrays
+
+
 def build_text_index(records: Iterable[dict[str, Any]]) -> dict[str, np.ndarray]:
     """The arrays of a library's text index, by file name (without `.npy`), from its records.
 
     `records` are the parsed bits' `{"text", "info"}` maps, in row order, read once, a chunk at a
-    time (an iterator over a compiled file's records keeps memory to the index itself). The result
-    is what `write_compiled` saves beside the other arrays and `open_text_index` reads back.
+    time. The result is what the store writer saves beside the other arrays and `open_text_index`
+    reads back.
     """
-    words = {field: WordIndexBuilder() for field in INDEXED_FIELDS}
-    values = {field: ValueIndexBuilder() for field in INFO_FIELDS}
-    iterator = iter(records)
-    while chunk := list(itertools.islice(iterator, TOKENIZE_CHUNK)):
-        for field in INDEXED_FIELDS:
-            texts = [field_value(record, field, "") for record in chunk]
-            words[field].add(texts)
-            if field in values:
-                values[field].add(texts)
-    arrays: dict[str, np.ndarray] = {}
-    for field in INDEXED_FIELDS:
-        for part, array in words.pop(field).finish().items():
-            arrays[f"{PREFIX}{field}.{part}"] = array
-        if field in values:
-            for part, array in values.pop(field).finish().items():
-                arrays[f"{PREFIX}{field}.{part}"] = array
-    return arrays
+    builder = TextIndexBuilder()
+    builder.add(records)
+    return builder.finish()
 
 
 def save_text_index(arrays: Mapping[str, np.ndarray], folder: Path) -> None:

@@ -23,6 +23,7 @@ import io
 import itertools
 import json
 import os
+import threading
 from array import array
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -32,10 +33,10 @@ from typing import Any, BinaryIO
 import msgpack
 import numpy as np
 
-from host.constraints.text_index import build_text_index, save_text_index
+from host.constraints.text_index import TextIndexBuilder, save_text_index
 from host.library.format import BitBlock, LibraryHeader
 from host.library.visibility import PUBLIC
-from host.store.clusters import CLUSTER_FROM, plan_layout
+from host.store.clusters import CLUSTER_FROM, Layout, plan_layout
 from host.store.codes import code_scale, encode
 from host.store.sign_codes import pack_signs, words_for
 
@@ -107,18 +108,20 @@ class StoreWriter:
         tag_ids = renumber[np.frombuffer(self._tag_numbers, dtype=np.uint16)] if rows else np.zeros(0, np.uint16)
         lengths = np.frombuffer(self._record_lengths, dtype=np.int64) if rows else np.zeros(0, np.int64)
         _fix_npy_header(folder / "embeddings.npy", (rows, dimension))
-        layout = None
-        if rows >= max(cluster_from, 1):
-            with RowFile(folder / "embeddings.npy") as matrix:
-                layout = plan_layout(matrix, tag_ids == 0, step=step)
+        clustered = rows >= max(cluster_from, 1)
+        scale = code_scale(self._low, self._high) if clustered and self._low is not None and self._high is not None else None
+        # The layout (BLAS, then reading and writing the vectors) runs on a thread of its own while
+        # this one reads the words of the records (Python): on two cores the two overlap.
+        layout_thread = _Background(lambda: self._lay_out(tag_ids == 0, scale, step) if clustered else None)
+        step("indexing text", 0.0)
+        words = TextIndexBuilder()
+        words.add(stored_records(folder / "records.bin", lengths))
+        layout = layout_thread.result()
         order = None if layout is None else layout.order
-        step("writing", 0.0)
+        step("writing", 1.0)
         record_offsets = np.zeros(rows + 1, dtype=np.int64)
         np.cumsum(lengths if order is None else lengths[order], out=record_offsets[1:])
         if order is not None:
-            assert self._low is not None and self._high is not None
-            scale = code_scale(self._low, self._high)
-            _rewrite_rows(folder / "embeddings.npy", order, scale, step)
             _rewrite_records(folder / "records.bin", lengths, order)
         signs = np.concatenate(self._signs) if self._signs else np.zeros((0, words_for(dimension)), dtype="<u8")
         self._signs = []
@@ -134,15 +137,14 @@ class StoreWriter:
             "record_offsets": record_offsets,
             "sign_codes": np.ascontiguousarray(arranged(signs).T),
         }
-        if layout is not None:
+        if layout is not None and scale is not None:
             arrays.update(source_rows=layout.order, centroids=layout.centroids, cluster_offsets=layout.offsets,
                           code_scale=scale)
         for array_name, values in arrays.items():
             write_synced(folder / f"{array_name}.npy", partial(np.save, arr=values))
         sync(folder / "embeddings.npy")
         sync(folder / "records.bin")
-        step("indexing text", 0.0)
-        save_text_index(build_text_index(stored_records(folder / "records.bin", record_offsets)), folder)
+        save_text_index(words.finish(order), folder)
         message = header.details.get("message")
         public_digest = hashlib.sha256(message.encode() if isinstance(message, str) else b"\0")
         public_digest.update(self._public.digest())
@@ -161,6 +163,39 @@ class StoreWriter:
             "clusters": 0 if layout is None else layout.clusters,
         }
         write_synced(folder / "meta.json", lambda handle: handle.write(json.dumps(meta).encode()))
+
+
+    def _lay_out(self, public: np.ndarray, scale: np.ndarray | None, step: Step) -> Layout:
+        """The clustered layout, and the vectors (with their codes) rewritten in its order."""
+        folder = self.building
+        with RowFile(folder / "embeddings.npy") as matrix:
+            layout = plan_layout(matrix, public, step=step)
+        assert scale is not None
+        _rewrite_rows(folder / "embeddings.npy", layout.order, scale, step)
+        return layout
+
+
+class _Background:
+    """A function run on a thread of its own; `result()` waits for it and raises what it raised."""
+
+    def __init__(self, function: Callable[[], Any]) -> None:
+        self._function = function
+        self._outcome: list[Any] = []
+        self._thread = threading.Thread(target=self._run, name="compile-layout", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._outcome.append((True, self._function()))
+        except BaseException as problem:  # handed to the waiting thread
+            self._outcome.append((False, problem))
+
+    def result(self) -> Any:
+        self._thread.join()
+        succeeded, value = self._outcome[0]
+        if not succeeded:
+            raise value
+        return value
 
 
 def largest_norm(vectors: np.ndarray) -> float:
@@ -225,9 +260,9 @@ def read_at(fd: int, offset: int, out: np.ndarray) -> None:
         done += count
 
 
-def stored_records(path: Path, offsets: np.ndarray) -> Iterator[dict[str, Any]]:
-    """Every record of a records.bin, in stored order, unpacked one at a time."""
-    if not len(offsets) or not offsets[-1]:
+def stored_records(path: Path, lengths: np.ndarray) -> Iterator[dict[str, Any]]:
+    """Every record of a records.bin, in the order they are in it, unpacked one at a time."""
+    if not lengths.sum():
         return
     with path.open("rb") as handle:
         unpacker = msgpack.Unpacker(handle, read_size=1 << 20, max_buffer_size=1 << 30)
