@@ -213,8 +213,9 @@ def _has_duplicates(libraries: tuple[CompiledLibrary, ...]) -> bool:
     """Whether two rows share an id. Ids are
     SHA-256 digests: distinct 8-byte prefixes prove distinct ids, so only the prefixes are sorted
     (10M in ~0.2 s) and the full comparison runs only on a prefix collision."""
-    heads = np.concatenate([np.ascontiguousarray(library.ids).view("<u8")[::4] for library in libraries])
-    heads.sort()
+    heads = np.concatenate([np.sort(np.ascontiguousarray(library.ids).view("<u8")[::4]) if library.id_heads is None
+                            else library.id_heads for library in libraries])
+    heads.sort(kind="stable")  # sorted runs, one per library: merged, not sorted again
     if not np.any(heads[1:] == heads[:-1]):
         return False
     ids = np.concatenate([library.ids for library in libraries])

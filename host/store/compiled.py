@@ -7,6 +7,7 @@ A library file is parsed once and written to its own folder in the cache:
     token_counts.npy    (bits,) int32
     tag_ids.npy         (bits,) uint16, an index into meta["tags"] (0 means public)
     ids.npy             (bits,) S32, raw SHA-256 canonical ids
+    id_heads.npy        (bits,) uint64, the first 8 bytes of each id, sorted (shared bits across libraries)
     sign_codes.npy      (words, bits) uint64, the signs of each embedding, for approximate search
     records.bin         one msgpack map per bit ({"text", "info"}), back to back
     record_offsets.npy  (bits + 1,) int64, where each record starts and ends
@@ -106,6 +107,7 @@ class CompiledLibrary:
     cluster_offsets: np.ndarray | None = None  # (clusters + 1,) int64: where each cluster's rows start
     codes: np.ndarray | None = None  # (bits, dimension) uint8 of a clustered library (host/store/codes.py)
     code_scale: np.ndarray | None = None  # (2, dimension) float32: lowest level, step
+    id_heads: np.ndarray | None = None  # (bits,) uint64: the first 8 bytes of each id, sorted
 
     @property
     def bit_count(self) -> int:
@@ -281,6 +283,7 @@ def open_compiled(folder: Path, source: Path) -> CompiledLibrary:
             tag_ids=tag_ids,
             tags=tuple(meta["tags"]),
             ids=array("ids", "|S32", (bits,)),
+            id_heads=array("id_heads", "<u8", (bits,)) if (folder / "id_heads.npy").exists() else None,
             sign_codes=array("sign_codes", "<u8", (words_for(dimension), bits)),
             records=records,
             record_offsets=offsets,
