@@ -31,7 +31,7 @@ SEED = 14  # the layout's k-means seed: fixed, so the same file gives the same l
 ITERATIONS = 10  # k-means rounds; more moved recall@10 by < 0.001 on scripts/bench.py's libraries
 SAMPLE_PER_CLUSTER = 32  # training rows per centroid
 CLUSTERS_PER_SQRT = 1.0  # clusters = sqrt(bits): the centroid scan and one cluster's slice cost alike
-ASSIGN_BLOCK = 16_384  # rows assigned at a time: the (rows x clusters) scores stay small
+ASSIGN_BLOCK = 4096  # rows assigned at a time: the block and its (rows x clusters) scores stay small
 SPLIT_PERTURBATION = 1 / 1024  # how far the two halves of a split cluster's centroid move apart (faiss's EPS)
 
 
