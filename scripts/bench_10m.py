@@ -180,6 +180,20 @@ def memory_of(pids: list[int]) -> list[dict[str, float]]:
     return found
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time (user + system) the processes have used: what a restart costs whatever the load."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            continue
+    return total
+
+
 def step_serve(libraries: Path, cache: Path, workdir: Path, workers: int, restarts: int) -> dict[str, Any]:
     import httpx
 
@@ -192,7 +206,9 @@ def step_serve(libraries: Path, cache: Path, workdir: Path, workers: int, restar
                           own_session=True)
         ready = host.wait_until_ready("/readyz", timeout=600)
         result["restarts"].append(ready)
-        say(f"serve: ready in {ready:.2f} s (restart {number + 1} of {restarts})")
+        result.setdefault("restart_cpu", []).append(cpu_seconds(host.pids()))
+        say(f"serve: ready in {ready:.2f} s, {result['restart_cpu'][-1]:.2f} s of CPU "
+            f"(restart {number + 1} of {restarts}, load {os.getloadavg()[0]:.1f})")
         if number < restarts - 1:
             host.stop()
     body = {"count": K, "count_type": "bit", "omit": "embedding"}
@@ -347,7 +363,8 @@ def report(results: dict[str, Any]) -> str:
     served = results.get("serve")
     if served:
         lines += [f"**Serve** ({served['workers']} workers): ready in "
-                  + ", ".join(f"{seconds:.2f}" for seconds in served["restarts"]) + " s; over HTTP p50 "
+                  + ", ".join(f"{seconds:.2f}" for seconds in served["restarts"]) + " s (CPU "
+                  + ", ".join(f"{seconds:.2f}" for seconds in served.get("restart_cpu", [])) + " s); over HTTP p50 "
                   f"{served['http']['p50_ms']:.2f} ms, p99 {served['http']['p99_ms']:.2f} ms, recall@10 "
                   f"{served['recall']:.4f} (worst {served['worst_recall']:.1f}); load {served['load']:.1f}", "",
                   "| process | anon MiB | file MiB | PSS MiB | USS MiB |", "|---|---:|---:|---:|---:|"]
