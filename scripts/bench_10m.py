@@ -292,8 +292,7 @@ def step_faiss(libraries: Path, cache: Path, workdir: Path, rerank: int) -> dict
             continue
         library, local = index.locate(start)
         block = np.ascontiguousarray(library.embeddings[local : local + stop - start], dtype=np.float32)
-        codes = np.empty((len(block), sq8.code_size), dtype=np.uint8)
-        sq8.sq.compute_codes(faiss.swig_ptr(block), faiss.swig_ptr(codes), len(block))
+        codes = np.ascontiguousarray(sq8.sq.compute_codes(block))
         ids = np.arange(start, stop, dtype=np.int64)
         sq8.invlists.add_entries(cluster, stop - start, faiss.swig_ptr(ids), faiss.swig_ptr(codes))
         if cluster % 1000 == 999:
