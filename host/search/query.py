@@ -43,10 +43,10 @@ def pool_for(bits: int) -> int:
 
     The pool that holds the true top 10 grows with the library, and a little faster than it: p90
     ~0.3% of the bits in scripts/bench.py's clustered 100k and 1M libraries (a fixed 1000 gave
-    recall@10 0.85 at 1M), while at 10M x 384 (scripts/bench_10m.py) 0.4% gave recall 0.86 and
-    0.8% gave 1.000. So 0.4% up to 1M bits, growing by 0.4% for each tenfold beyond.
+    recall@10 0.85 at 1M), while at 10M x 384 (scripts/bench_10m.py) 0.4% gave recall 0.857, 0.5%
+    0.9995, 0.6% and 0.8% 1.000. So 0.4% up to 1M bits, growing by 0.2% for each tenfold beyond.
     """
-    return round(bits / 250 * (1 + max(0.0, math.log10(max(bits, 1) / 1_000_000))))
+    return round(bits / 250 * (1 + 0.5 * max(0.0, math.log10(max(bits, 1) / 1_000_000))))
 
 
 @dataclass(frozen=True)
