@@ -153,8 +153,8 @@ class AccessControl:
         state.cache.put(digest, grant, verified.expires_at)
         return grant
 
-    def reload_if_changed(self) -> bool:
-        """Re-read the file if its stat changed (checked at most once per interval).
+    def reload_if_changed(self, force: bool = False) -> bool:
+        """Re-read the file if its stat changed (checked at most once per interval, unless `force`).
 
         Returns True if new settings were installed. A malformed file is logged once and
         the previous settings stay; a deleted file means public-only (the admin removed
@@ -163,7 +163,7 @@ class AccessControl:
         if self._path is None:
             return False
         now = time.monotonic()
-        if now - self._last_check < self._check_interval:
+        if not force and now - self._last_check < self._check_interval:
             return False
         if not self._reload_lock.acquire(blocking=False):
             return False  # another thread is checking right now

@@ -25,7 +25,7 @@ def fixtures_dir() -> Path:
     return FIXTURES
 
 
-def start_host(libraries: Path, *arguments: str, embedder: bool = False, **options: Any) -> RunningHost:
+def start_host(libraries: Path | str, *arguments: str, embedder: bool = False, **options: Any) -> RunningHost:
     """`serve` on a free port, once /healthz answers (host/service/harness.py has the options).
 
     Without the local embedder unless `embedder` (or an --embedder option) asks for it: loading its

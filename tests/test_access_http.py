@@ -325,17 +325,19 @@ def query(vector: np.ndarray, count_type: str = "bit", count: int = 1000, omit: 
 
 
 def carrying(token: str | None, via: str, fields: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Request options presenting `token` as the `access_token` field (or query parameter) or a Bearer header."""
+    """Request options presenting `token` as the body's `access_token` field ("field"), a Bearer header
+    ("bearer"), or the URL's `access_token` parameter ("url", which every door refuses)."""
     if token is None:
         return {"json": fields} if fields is not None else {}
+    if via == "url":
+        return {"params": {"access_token": token}, **({"json": fields} if fields is not None else {})}
     if via == "bearer":
         options: dict[str, Any] = {"headers": {"Authorization": f"Bearer {token}"}}
         if fields is not None:
             options["json"] = fields
         return options
-    if fields is not None:
-        return {"json": {**fields, "access_token": token}}
-    return {"params": {"access_token": token}}
+    assert fields is not None, "only a query body has an access_token field"
+    return {"json": {**fields, "access_token": token}}
 
 
 async def ask(client: httpx.AsyncClient, fields: dict[str, Any], token: str | None = None,
@@ -718,21 +720,18 @@ async def test_libraries_hides_private_libraries_from_anonymous_callers(world: W
     ("legacy both", {"public": 15, "access/alpha/notes": 4, "access/beta/plans": 4}),
 ])
 async def test_libraries_lists_what_a_token_may_see(world: World, credential: str, expected: dict[str, int]) -> None:
-    response = await fetch(world, "full", "/libraries", world.tokens[credential], via="field")
+    response = await fetch(world, "full", "/libraries", world.tokens[credential])
 
     assert {entry["name"]: entry["bits"] for entry in response.json()["libraries"]} == expected
 
 
 @pytest.mark.parametrize("credential, status", [(None, 404), ("beta", 404), ("legacy alpha", 200), ("alpha", 200),
                                                 ("both", 200), ("sk_unknown_opaque", 404)])
-@pytest.mark.parametrize("via", ["field", "bearer"])
-async def test_a_private_library_file_is_served_only_to_its_tag(
-    world: World, credential: str | None, status: int, via: str
-) -> None:
+async def test_a_private_library_file_is_served_only_to_its_tag(world: World, credential: str | None, status: int) -> None:
     token = world.tokens.get(credential, credential) if credential else None
 
-    response = await fetch(world, "full", "/libraries/access/alpha/notes.json", token, via)
-    missing = await fetch(world, "full", "/libraries/access/alpha/nothing.json", token, via)
+    response = await fetch(world, "full", "/libraries/access/alpha/notes.json", token)
+    missing = await fetch(world, "full", "/libraries/access/alpha/nothing.json", token)
 
     assert response.status_code == status
     if status == 200:
@@ -803,10 +802,11 @@ async def test_with_restricted_signals_on_a_private_only_model_is_still_never_na
 
 
 ENDPOINTS = ["POST /", "GET /libraries", "GET /libraries/public.json", "GET /libraries/access/alpha/notes.json"]
+# A GET has no body: its token comes only as Bearer (a token in a URL is refused: tests/test_tokens_in_urls.py).
+ENDPOINT_WAYS = [("POST /", "field"), *((endpoint, "bearer") for endpoint in ENDPOINTS)]
 
 
-@pytest.mark.parametrize("endpoint", ENDPOINTS)
-@pytest.mark.parametrize("via", ["field", "bearer"])
+@pytest.mark.parametrize("endpoint, via", ENDPOINT_WAYS)
 @pytest.mark.parametrize("failure", [
     "alg none", "alg none without kid", "wrong key", "HS256 with the EdDSA public key as secret",
     "HS256 with the EdDSA public key as secret, HS256 kid", "changed payload", "changed payload, EdDSA",
@@ -830,8 +830,7 @@ async def test_every_token_failure_is_a_401_with_a_reason_and_a_challenge(
 # ---- cache headers ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("endpoint", [*ENDPOINTS, "GET /libraries/access/beta/plans.json"])
-@pytest.mark.parametrize("via", ["field", "bearer"])
+@pytest.mark.parametrize("endpoint, via", [*ENDPOINT_WAYS, ("GET /libraries/access/beta/plans.json", "bearer")])
 @pytest.mark.parametrize("credential", ["alpha", "legacy alpha", "sk_unknown_opaque"])
 async def test_a_response_to_a_request_carrying_a_token_is_private(
     full: httpx.AsyncClient, world: World, credential: str, via: str, endpoint: str
@@ -945,14 +944,15 @@ def test_the_server_log_never_holds_a_token_or_a_key_secret(world: World, run_ho
               "sk_unknown_opaque_" + secrets.token_hex(8)]
     statuses = []
     for token in tokens:
-        for via in ("field", "bearer"):
+        for via in ("field", "bearer", "url"):  # a token in a URL is refused, and never logged either
             statuses.append(real_query(host.url, token, via).status_code)
+        for via in ("bearer", "url"):
             statuses.append(httpx.get(f"{host.url}/libraries/access/alpha/notes.json", timeout=10,
                                       **carrying(token, via)).status_code)
     stop_host(host)
     log = host.log()
 
-    assert {200, 401, 404} <= set(statuses)
+    assert {200, 400, 401, 404} <= set(statuses)
     assert log.count('"status": 401') >= 10 and log.count('"status": 200') >= 5  # this is the right log
     for token in tokens:
         assert token not in log

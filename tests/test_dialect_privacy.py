@@ -4,7 +4,10 @@ Hypothesis builds a library of public bits, then the same library with private b
 (tagged inside the file, at any position, sharing URLs and words with public bits) and a private
 library beside it. Every anonymous answer of RAGFlow's API (datasets, documents, retrieval with
 its scores, totals, doc_aggs and highlights) and of the MCP tools must be the same bytes from both
-hosts: term statistics, document counts and every total come from visible bits only.
+hosts: term statistics, document counts and every total come from visible bits only. So must
+every anonymous answer of Dify's External Knowledge API and of OpenAI's vector stores (list,
+retrieve, search, and the refusals for the private library's name, which must read as if it did
+not exist).
 """
 
 from __future__ import annotations
@@ -50,17 +53,30 @@ def answers(folder: Path, question: str, options: dict[str, Any]) -> dict[str, b
     app = create_app(Settings(libraries=folder, watch_interval=0), embedders=Embedders([EMBED]))
     public, private = dataset_id("public"), dataset_id("access/unpublished/secret")
     seen = {}
+    ragflow_options = {key: value for key, value in options.items() if key not in ("dify_condition", "openai_filters")}
     with TestClient(app) as client:
         seen["datasets"] = client.get("/api/v1/datasets").content
         seen["documents"] = client.get(f"/api/v1/datasets/{public}/documents").content
         seen["private documents"] = client.get(f"/api/v1/datasets/{private}/documents").content
         for name, dataset in (("retrieval", public), ("private retrieval", private)):
             seen[name] = client.post("/api/v1/retrieval", json={
-                "dataset_ids": [dataset], "question": question, **options}).content
+                "dataset_ids": [dataset], "question": question, **ragflow_options}).content
         for tool, arguments in (("search", {"query": question, "count": options["top_k"] * 3, "count_type": "token"}),
                                 ("libraries", {})):
             call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
             seen[tool] = client.post("/mcp", content=json.dumps(call), headers=RPC_HEADERS).content
+        threshold = min(1.0, max(0.0, options["similarity_threshold"]))
+        for name, library in (("dify", "public"), ("private dify", "access/unpublished/secret"),
+                              ("dify both", "public,access/unpublished/secret")):
+            seen[name] = client.post("/dify/retrieval", json={
+                "knowledge_id": library, "query": question, "metadata_condition": options.get("dify_condition"),
+                "retrieval_setting": {"top_k": options["top_k"], "score_threshold": threshold}}).content
+        seen["vector stores"] = client.get("/v1/vector_stores").content
+        for name, store in (("vector store", "public"), ("private vector store", "access%2Funpublished%2Fsecret")):
+            seen[name] = client.get(f"/v1/vector_stores/{store}").content
+            seen[f"{name} search"] = client.post(f"/v1/vector_stores/{store}/search", json={
+                "query": question, "max_num_results": options["top_k"], "filters": options.get("openai_filters"),
+                "ranking_options": {"score_threshold": threshold}}).content
     return seen
 
 
@@ -88,8 +104,14 @@ def test_private_bits_never_change_an_anonymous_dialect_answer(
     public_bits, inline_bits = [as_bit(drawn) for drawn in public], list(inline)
     mixed = [public_bits.pop(0) if is_public else inline_bits.pop(0) for is_public in slots]
     if data.draw(st.booleans(), label="a metadata condition"):
+        word = data.draw(st.sampled_from(VOCABULARY))
         options = {**options, "metadata_condition": {"conditions": [
-            {"name": "title", "comparison_operator": "contains", "value": data.draw(st.sampled_from(VOCABULARY))}]}}
+            {"name": "title", "comparison_operator": "contains", "value": word}]},
+            "dify_condition": {"logical_operator": "or", "conditions": [
+                {"name": "title", "comparison_operator": "contains", "value": word},
+                {"name": "url", "comparison_operator": "end with", "value": "/1"}]},
+            "openai_filters": {"type": "or", "filters": [{"type": "gte", "key": "title", "value": word},
+                                                          {"type": "eq", "key": "url", "value": "https://example.com/2"}]}}
 
     with tempfile.TemporaryDirectory() as scratch:
         alone, among = Path(scratch) / "alone", Path(scratch) / "among"
@@ -104,3 +126,7 @@ def test_private_bits_never_change_an_anonymous_dialect_answer(
         assert got[name] == expected[name], name
     assert json.loads(expected["retrieval"])["code"] == 0
     assert json.loads(expected["private retrieval"])["code"] == 102  # not there, and not revealed
+    assert "records" in json.loads(expected["dify"])
+    assert json.loads(expected["private dify"])["error_code"] == json.loads(expected["dify both"])["error_code"] == 2001
+    assert json.loads(expected["vector store search"])["object"] == "vector_store.search_results.page"
+    assert json.loads(expected["private vector store search"])["error"]["message"].startswith("No vector store found")

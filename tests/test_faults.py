@@ -144,7 +144,7 @@ def test_kill_9_of_a_worker_under_load_loses_few_requests_and_service_goes_on(
     assert failed <= 6, f"{failed} requests failed around the kill"  # the dead worker's in-flight ones
     assert load.failed_between(replaced_at + 0.5, ended_at) == 0
     assert host.process.poll() is None
-    assert "died" in host.log()
+    wait_for(lambda: "died" in host.log(), "the supervisor logging the death")
 
 
 def test_workers_write_the_json_access_log_and_timed_service_logs(two_workers: tuple[RunningHost, Path]) -> None:

@@ -618,7 +618,7 @@ async def test_a_published_library_holds_only_public_bits_for_anonymous_callers(
 async def test_a_token_granting_the_tag_gets_the_restricted_bits_too(client: httpx.AsyncClient, jwt_token: str) -> None:
     anonymous = await client.get("/libraries/science.json")
     granted = await client.get("/libraries/science.json", headers={"Authorization": f"Bearer {jwt_token}"})
-    drafts = await client.get("/libraries/access/team/drafts.json", params={"access_token": LEGACY_TOKEN})
+    drafts = await client.get("/libraries/access/team/drafts.json", headers={"Authorization": f"Bearer {LEGACY_TOKEN}"})
 
     assert urls(granted.json()) == [url_of(row) for row in [*range(10), 100, 101]]
     assert all("access_tag" not in bit for bit in granted.json()["bits"])

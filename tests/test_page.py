@@ -324,13 +324,23 @@ async def test_a_token_shows_its_private_bits_marked_with_their_tag_and_privatel
     assert f'data-model="{SECRET_MODEL}"' not in page  # a liked bit belongs to one model: no section for another
 
 
-async def test_the_page_reads_a_token_from_the_query_string_too(client: httpx.AsyncClient, private_world: World) -> None:
-    data = await page_json(client, f"/?library=access/team/drafts&access_token={team_token(private_world)}")
+async def test_a_library_page_with_a_bearer_token_shows_its_private_map(client: httpx.AsyncClient,
+                                                                        private_world: World) -> None:
+    data = await page_json(client, "/?library=access/team/drafts", Authorization=f"Bearer {team_token(private_world)}")
 
     assert data["library"] == "access/team/drafts" and data["caller"] == {"subject": "bob@example.com",
                                                                            "access_tags": ["team"]}
     assert sorted(bit["id"] for bit in data["sections"][0]["bits"]) == sorted(DRAFT_IDS)
     assert all(point["private"] for point in data["map"]["points"])
+
+
+async def test_the_page_refuses_a_token_in_its_url(client: httpx.AsyncClient, private_world: World) -> None:
+    token = team_token(private_world)
+
+    response = await client.get(f"/?library=access/team/drafts&access_token={token}")
+
+    assert response.status_code == 400 and "Authorization: Bearer" in response.json()["error"]
+    assert token not in response.text and "drafts" not in response.text
 
 
 async def test_an_expired_token_gets_the_public_page_a_401_and_a_notice(

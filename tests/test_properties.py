@@ -235,7 +235,9 @@ def assert_obeys_the_budget(selection, index: ModelIndex, members: list[Library]
     if count_type == "bit":
         assert len(rows) == min(count, len(visible)) and selection.first_bit_cut_to is None
         return
-    assert rows or not visible, "a token budget always returns at least the first bit (when there is one)"
+    assert rows or not visible, "a token budget returns at least the first bit the caller may see"
+    if not rows:
+        return
     if selection.first_bit_cut_to is not None:
         assert len(rows) == 1 and tokens[rows[0]] > count and selection.first_bit_cut_to == count
         return

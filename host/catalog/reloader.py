@@ -4,6 +4,11 @@ The new generation is built on this background thread, never on a request's path
 with one reference assignment: a request keeps the generation it started with. A file is only
 picked up once it has stopped changing for one poll, so a publisher's half-written file is not
 read mid-write; if it is bad anyway, the previous version of that library keeps serving.
+
+With a replica (`--libraries` an origin's URL), each poll syncs the local mirror instead
+(host/catalog/replica.py) and reloads from the new set's folder as soon as it is complete: a set
+is swapped in whole, so there is nothing to wait for. An access file followed at an origin
+(`--access URL`) is fetched on the same poll, before the access rules are looked at.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from host.catalog.generations import Catalog, discover, load_catalog
+from host.catalog.replica import AccessFollower, Replica
 
 log = logging.getLogger("polymath_host.reload")
 
@@ -45,8 +51,11 @@ class LibraryWatcher:
     access file is followed that way, so it is current even when no token arrives)."""
 
     def __init__(self, host: Reloadable, root: Path, *, cache_dir: Path | None, max_bytes: int,
-                 interval: float = 1.0, also_each_poll: Callable[[], object] = lambda: None) -> None:
+                 interval: float = 1.0, also_each_poll: Callable[[], object] = lambda: None,
+                 replica: Replica | None = None, access_follower: AccessFollower | None = None) -> None:
         self.host = host
+        self.replica = replica
+        self.access_follower = access_follower
         self.also_each_poll = also_each_poll
         self.root = root
         self.cache_dir = cache_dir
@@ -82,12 +91,22 @@ class LibraryWatcher:
             if self._stop.is_set():
                 return
             try:
-                self.also_each_poll()
+                if self.access_follower is not None:
+                    self.access_follower.poll()
                 self._poll()
+                self.also_each_poll()  # after the poll: a replica's sync may have brought a new access file
             except Exception:  # the watcher must outlive any one bad reload
                 log.exception("library reload failed; still serving generation %s", self.host.catalog.generation)
 
     def _poll(self) -> None:
+        if self.replica is not None:
+            switched = self.replica.poll()
+            forced, self._forced = self._forced, False
+            if switched is not None or forced:
+                self.root = switched or self.replica.current() or self.root
+                self.reload()
+                self.replica.serving = self.replica.current()
+            return
         current = snapshot(self.root) if self.root.exists() else {}
         forced, self._forced = self._forced, False
         if not forced:

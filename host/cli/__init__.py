@@ -10,7 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import access.cli
 import host.importer.cli
-from host.cli import library_commands, serve
+from host.cli import library_commands, publish, serve
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(metavar="COMMAND")
     serve.register(commands)
     library_commands.register(commands)
+    publish.register(commands)
     host.importer.cli.register(commands)
     access.cli.register(commands)
     return parser

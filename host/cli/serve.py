@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import signal
 import sys
 import time
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from access import AccessConfigError, AccessControl
 from host.catalog.generations import load_catalog
 from host.cli.common import add_setting_options, say
+from host.service.allocator import limit_malloc_arenas
 from host.service.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans, limit_blas_threads
 from host.service.settings import ENVIRONMENT_VARIABLE, Settings
-
-DEFAULT_ACCESS_FILE = Path("access.SECRET.json")
+from host.service.sources import StartRefused, open_sources
 
 
 def register(commands: Any) -> None:
@@ -35,27 +34,36 @@ def register(commands: Any) -> None:
 
 def serve_command(args: argparse.Namespace) -> int:
     from host.web import server
-    from host.web.app import create_app, embedders_for
-    from host.web.dialects import mcp_server
-    from host.web.middleware.cors import parse_cors_origins
 
+    limit_malloc_arenas()  # before any thread starts (host/service/allocator.py says why)
     configure_logging(args.log_level)
+    # Before anything is opened: a folder of many libraries maps several files each.
+    open_files = server.raise_open_file_limit()
     settings = Settings.from_arguments(args)
     try:
-        parse_cors_origins(settings.cors_origin)
-    except ValueError as problem:
-        say(f"error: --cors-origin: {problem}")
+        sources = open_sources(settings)
+    except StartRefused as problem:
+        say(f"error: {problem}")
         return 1
-    if not settings.libraries.exists():
-        say(f"error: {settings.libraries} does not exist; pass --libraries PATH (a folder of library files)")
-        return 1
-    # The default file is watched even while absent: `access init` after `serve` switches access on.
-    access_file = settings.access or DEFAULT_ACCESS_FILE
-    if settings.access is not None and not access_file.exists():
-        say(f"error: access file {access_file} does not exist; "
-            f"create it with: polymath-host access init --access {access_file}")
-        return 1
-    settings = dataclasses.replace(settings, access=access_file)
+    with ThreadPoolExecutor(1) as background:
+        # A replica's first sync downloads while the web stack is imported: most of a cold start is those two.
+        syncing = background.submit(sources.first_sync)
+        from host.web.app import create_app, embedders_for
+        from host.web.dialects import mcp_server
+        from host.web.middleware.cors import parse_cors_origins
+
+        try:
+            parse_cors_origins(settings.cors_origin)
+        except ValueError as problem:
+            say(f"error: --cors-origin: {problem}")
+            return 1
+        try:
+            for line in syncing.result():
+                say(line)
+        except StartRefused as problem:
+            say(f"error: {problem}")
+            return 1
+    settings, access_file = sources.settings, sources.access_file
     try:
         access_control = AccessControl.from_file(access_file)
     except AccessConfigError as problem:
@@ -64,7 +72,7 @@ def serve_command(args: argparse.Namespace) -> int:
     limit_blas_threads(settings.blas_threads)
     configure_scans(settings.scan_threads, settings.max_batch)
     started = time.perf_counter()
-    catalog = load_catalog(settings.libraries, cache_dir=settings.cache_dir, max_bytes=settings.max_library_bytes,
+    catalog = load_catalog(sources.root, cache_dir=sources.compiled_dir, max_bytes=settings.max_library_bytes,
                            progress=say, bars=True)
     for skipped in catalog.problems:
         say(f"skipped {skipped}")
@@ -82,9 +90,12 @@ def serve_command(args: argparse.Namespace) -> int:
     if unembedded:
         say(f"no text queries for {', '.join(unembedded)} (send query_embedding, or see --embedder-url)")
     say(mcp_server.status_line())
+    say(server.prepare_worker(settings, open_files))
     say(f"serving on http://{args.host}:{args.port}/" + (
         f" with access rules from {access_file}" if access_file.exists() else
-        f" (public bits only until {access_file} is created: polymath-host access init)"))
+        (" (public bits only until a set published with --access arrives)" if sources.replica is not None
+         and settings.access is None else
+         f" (public bits only until {access_file} is created: polymath-host access init)")))
     where = {"host": args.host, "port": args.port, "workers": args.workers, "log_level": args.log_level}
     if args.workers > 1:
         # Workers are separate processes: they get the settings through the environment and
@@ -93,7 +104,7 @@ def serve_command(args: argparse.Namespace) -> int:
         os.environ[LOG_LEVEL_VARIABLE] = args.log_level
         server.run("host.web.app:app_from_environment", settings, **where)
     else:
-        app = create_app(settings, catalog=catalog, access=access_control, embedders=embedders)
+        app = create_app(settings, catalog=catalog, access=access_control, embedders=embedders, sources=sources)
         # uvicorn re-raises SIGTERM after its graceful shutdown, which would kill us with -15;
         # a stop we were asked for is a clean exit (0), as it already is with --workers N.
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))

@@ -1,9 +1,12 @@
 """Constraints: filters and term statistics over a per-library text index (SPEC §10, issue 12).
 
-One query core for every dialect (`POST /`, the page, RAGFlow's retrieval API, the MCP tool):
+One query core for every dialect (`POST /`, the page, RAGFlow's retrieval API, the MCP tool, Dify's
+External Knowledge API, OpenAI's vector-store search):
 
     node = parse_constraint(value)                 # query string or Mindbreeze JSON form
     node = parse_metadata_condition(condition)     # RAGFlow's metadata_condition
+    node = parse_dify_condition(condition)         # Dify's metadata_condition
+    node = parse_attribute_filter(filters)         # OpenAI's vector-store search filters
     mask = constraint_mask(node, model_index)      # bool over the ModelIndex's rows
     rank(..., constraint=mask)                     # ANDed with visibility: never widens it
     term = model_term_similarity(question, model_index, rows, visible)   # RAGFlow's term score
@@ -18,6 +21,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from host.constraints.attribute_filter import parse_attribute_filter
+from host.constraints.dify_condition import parse_dify_condition
 from host.constraints.errors import ConstraintError
 from host.constraints.evaluation import evaluate, evaluate_libraries
 from host.constraints.metadata_condition import parse_metadata_condition
@@ -54,6 +59,7 @@ def model_term_similarity(
 __all__ = [
     "And", "Compare", "ConstraintError", "Everything", "Node", "Not", "Or", "TextIndex", "Words",
     "build_text_index", "constraint_mask", "evaluate", "evaluate_libraries", "hybrid_similarity",
-    "model_term_similarity", "open_text_index", "parse_constraint", "parse_metadata_condition",
+    "model_term_similarity", "open_text_index", "parse_attribute_filter", "parse_constraint", "parse_dify_condition",
+    "parse_metadata_condition",
     "term_similarity", "text_index_in_memory", "text_index_of",
 ]

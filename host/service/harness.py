@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -30,6 +31,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -172,7 +174,7 @@ class RunningHost:
 
 def spawn_host(libraries: Path | str, *arguments: str, cwd: Path | None = None, workers: int | None = None,
                env: Mapping[str, str] | None = None, log_path: Path | None = None, port: int | None = None,
-               own_session: bool = False) -> RunningHost:
+               own_session: bool = False, open_files: tuple[int, int] | None = None) -> RunningHost:
     """Spawn `serve --libraries LIBRARIES --port PORT ARGUMENTS...` and return at once (not yet answering).
 
     - `cwd`: the server's working folder (default: the folder holding `libraries`); it is where
@@ -187,6 +189,7 @@ def spawn_host(libraries: Path | str, *arguments: str, cwd: Path | None = None, 
       That changes throughput: the soak's wrk got half the requests/s through a server in its
       own session on a shared 2-core machine. The benchmark keeps its servers in their own
       session, as it always has (its figures compare across runs); the tests and the soak do not.
+    - `open_files`: the server's open-file limits (soft, hard), to see what `serve` does under low ones.
     """
     port = port or free_port()
     if cwd is None:
@@ -202,17 +205,23 @@ def spawn_host(libraries: Path | str, *arguments: str, cwd: Path | None = None, 
         spawned_at = time.perf_counter()
         process = subprocess.Popen(command, cwd=folder, stdout=log_file, stderr=subprocess.STDOUT,
                                    env=child_environment(env), start_new_session=own_session,
-                                   process_group=None if own_session else 0)
+                                   process_group=None if own_session else 0,
+                                   preexec_fn=None if open_files is None else partial(limit_open_files, open_files))
     return RunningHost(f"http://{LOCALHOST}:{port}", port, process, log_path, spawned_at)
+
+
+def limit_open_files(limits: tuple[int, int]) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, limits)
 
 
 def start_host(libraries: Path | str, *arguments: str, cwd: Path | None = None, workers: int | None = None,
                env: Mapping[str, str] | None = None, log_path: Path | None = None, own_session: bool = False,
-               ready_path: str = "/healthz", timeout: float = 30) -> RunningHost:
+               ready_path: str = "/healthz", timeout: float = 30, open_files: tuple[int, int] | None = None) -> RunningHost:
     """Spawn a server (see `spawn_host`) and return once `GET ready_path` answers 200.
 
     Raises HostFailed, with the log, if it exits or does not answer within `timeout` seconds.
     """
-    host = spawn_host(libraries, *arguments, cwd=cwd, workers=workers, env=env, log_path=log_path, own_session=own_session)
+    host = spawn_host(libraries, *arguments, cwd=cwd, workers=workers, env=env, log_path=log_path, own_session=own_session,
+                      open_files=open_files)
     host.wait_until_ready(ready_path, timeout=timeout)
     return host

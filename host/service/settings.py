@@ -29,13 +29,17 @@ def option(help: str, *, metavar: str | None = None, choices: tuple[str, ...] | 
 
 @dataclass(frozen=True)
 class Settings:
-    libraries: Path = field(default=Path("libraries"), metadata=option(
-        "a folder of library files, or one file (default: libraries/)", metavar="PATH"))
-    access: Path | None = field(default=None, metadata=option(
-        "the access file (default: access.SECRET.json if present; without one only public bits are served)",
-        metavar="FILE"))
+    libraries: str = field(default="libraries", metadata=option(
+        "a folder of library files, or one file (default: libraries/); or the URL of a published set to "
+        "mirror: s3://BUCKET/PREFIX (endpoint and credentials from the AWS_* variables), https://HOST/PATH "
+        "or file:///PATH (see polymath-host publish)", metavar="PATH|URL"))
+    access: str | None = field(default=None, metadata=option(
+        "the access file (default: access.SECRET.json if present, or with --libraries URL the one published "
+        "with the set; without one only public bits are served); may be the URL of one", metavar="FILE|URL"))
     cache_dir: Path | None = field(default=None, metadata=option(
-        "where compiled libraries go (default: <libraries>/.compiled)", metavar="DIR"))
+        "where compiled libraries go (default: <libraries>/.compiled); with --libraries URL, the mirror of "
+        "the published set too (default: $POLYMATH_HOST_CACHE_DIR or ~/.cache/polymath-host, under origins/)",
+        metavar="DIR"))
     max_body_bytes: int = field(default=1 << 20, metadata=option(
         "largest request body accepted (default %(default)s)", metavar="N"))
     max_count: int = field(default=100_000, metadata=option(
@@ -48,8 +52,8 @@ class Settings:
         "memory for rendered answers to repeated queries and library files, in bytes (default %(default)s; "
         "0 turns caching off)", metavar="N"))
     max_connections: int = field(default=1000, metadata=option(
-        "open connections a worker holds at once (default %(default)s); past it, requests get a 503; "
-        "lowered to fit the open-file limit", metavar="N"))
+        "open connections a worker holds at once (default %(default)s), lowered to fit the open-file limit; "
+        "past it the connection idle longest is closed, and if none is idle requests get a 503", metavar="N"))
     header_timeout: float = field(default=10.0, metadata=option(
         "longest wait for a request's headers on a new or idle connection, in seconds (default %(default)s)",
         metavar="SECONDS"))
@@ -68,6 +72,10 @@ class Settings:
     watch_interval: float = field(default=1.0, metadata=option(
         "how often to look for published, changed or deleted library files, in seconds "
         "(default %(default)s; 0 turns it off; SIGHUP reloads at once)", metavar="SECONDS"))
+    drain_seconds: float = field(default=0.0, metadata=option(
+        "on SIGTERM, answer /readyz with 503 for this long while still serving, so a load balancer stops "
+        "sending requests, then finish those in flight and exit (default %(default)s; behind HAProxy: "
+        "at least its check interval times fall)", metavar="SECONDS"))
     blas_threads: int = field(default=1, metadata=option(
         "threads each query's matrix product may use (default 1: a loaded server answers more queries, "
         "sooner, when concurrent queries do not fight over cores; 0 lets the BLAS library choose, faster "

@@ -64,7 +64,8 @@ from host.library.visibility import allowed_tag_ids
 from host.store.clusters import CLUSTER_FROM
 from host.store.progress import CompileProgress
 from host.store.sign_codes import words_for
-from host.store.writer import STORE_FORMAT, StoreWriter, write_synced
+from host.store.writer import STORE_FORMAT as STORE_FORMAT  # re-exported: what callers compare folders with
+from host.store.writer import StoreWriter, write_synced
 
 DEFAULT_MAX_SOURCE_BYTES = 256 << 30  # a policy, not a memory limit: files are streamed
 log = logging.getLogger("polymath_host.store")
@@ -374,3 +375,20 @@ def _rewrite_source_key(folder: Path, key: SourceKey) -> None:
     temporary = folder / "meta.json.tmp"
     write_synced(temporary, lambda handle: handle.write(json.dumps(meta).encode()))
     os.replace(temporary, folder / "meta.json")
+
+
+def install_compiled(files: dict[str, Path], folder: Path) -> None:
+    """Put a compiled store made elsewhere (its files by name, e.g. downloaded by a replica) at
+    `folder`, atomically and under the lock compilation takes: readers see the old store or the new one.
+    The files are hard-linked (copied across file systems); nothing checks them here: `open_compiled` does."""
+    with _locked(folder):
+        building = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+        try:
+            for name, path in files.items():
+                try:
+                    os.link(path, building / name)
+                except OSError:
+                    shutil.copyfile(path, building / name)
+            _replace_folder(building, folder)
+        finally:
+            shutil.rmtree(building, ignore_errors=True)

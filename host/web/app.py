@@ -27,20 +27,24 @@ from host.catalog.reloader import LibraryWatcher
 from host.embedders.errors import EmbedderError, NoEmbedder
 from host.embedders.service import Embedders, build_embedders
 from host.search.errors import NothingLoaded, QueryError
+from host.service.allocator import limit_malloc_arenas, release_free_memory
 from host.service.process import LOG_LEVEL_VARIABLE, configure_logging, configure_scans, limit_blas_threads
 from host.service.settings import Settings
+from host.service.sources import Sources, open_sources
 from host.web.caller import verified_subject
-from host.web.dialects import mcp_server, openai_embeddings, ragflow
+from host.web.dialects import dify, mcp_server, openai_embeddings, openai_errors, openai_vector_stores, ragflow
 from host.web.errors import HTTPError, from_core
 from host.web.library_endpoints import library_file, list_libraries
 from host.web.middleware import (
     POLYMATH_LINK,
     AccessLog,
     CrossOrigin,
+    DialectErrors,
     PolymathLinkHeader,
     RateLimit,
     RequestBodyGuard,
     SecurityHeaders,
+    TokensOutOfURLs,
     parse_cors_origins,
 )
 from host.web.middleware.security_headers import SECURITY_HEADERS
@@ -48,7 +52,7 @@ from host.web.page.endpoints import home_page, library_map
 from host.web.page.rendering import STATIC_PREFIX, StaticAssets
 from host.web.query_endpoint import query_endpoint
 from host.web.responses import error_response
-from host.web.server import prepare_worker
+from host.web.server import drain_on_sigterm, prepare_worker
 from host.web.service_endpoints import healthz, metrics, openapi, readyz
 from host.web.state import HostState, host_state
 
@@ -65,23 +69,32 @@ ROUTES = [
     Route("/metrics", metrics, methods=["GET"]),
     Route("/openapi.json", openapi, methods=["GET"]),
     Route("/v1/embeddings", openai_embeddings.embeddings, methods=["POST"]),
+    *openai_vector_stores.routes(),
+    Route("/dify/retrieval", dify.retrieval, methods=["POST"]),
     Mount(STATIC_PREFIX, app=StaticAssets()),
 ]
 
 
 def create_app(settings: Settings, catalog: Catalog | None = None, access: AccessControl | None = None,
-               embedders: Embedders | None = None) -> Starlette:
+               embedders: Embedders | None = None, sources: Sources | None = None) -> Starlette:
     """The ASGI app. Loads libraries, the access file and the embedders unless given them already
-    (ValueError for contradictory embedder settings or a malformed --cors-origin)."""
+    (ValueError for contradictory embedder settings or a malformed --cors-origin; StartRefused for
+    sources that cannot be opened). A replica's mirror is read as it is: its watcher syncs it."""
     cors = parse_cors_origins(settings.cors_origin)
+    sources = sources or open_sources(settings)
+    settings = sources.settings
     if catalog is None:
-        catalog = load_catalog(settings.libraries, cache_dir=settings.cache_dir, max_bytes=settings.max_library_bytes)
+        catalog = load_catalog(sources.root, cache_dir=sources.compiled_dir, max_bytes=settings.max_library_bytes)
+    if sources.replica is not None:
+        sources.replica.serving = sources.replica.current()  # what the catalog was just loaded from
     if embedders is None:
         embedders = embedders_for(settings, catalog)
-    state = HostState(settings, catalog, access or AccessControl.from_file(settings.access), embedders)
-    watcher = LibraryWatcher(state, settings.libraries, cache_dir=settings.cache_dir,
+    state = HostState(settings, catalog, access or AccessControl.from_file(sources.access_file), embedders)
+    state.origins = sources
+    watcher = LibraryWatcher(state, sources.root, cache_dir=sources.compiled_dir,
                              max_bytes=settings.max_library_bytes, interval=settings.watch_interval,
-                             also_each_poll=state.access.reload_if_changed)
+                             also_each_poll=partial(state.access.reload_if_changed, force=True), replica=sources.replica,
+                             access_follower=sources.access_follower)
 
     # None without the `mcp` extra: /mcp then answers 501. Pages of the origins listed with
     # --cors-origin may use it as well as loopback ones (never any origin, even with `*`).
@@ -93,7 +106,12 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
             watcher.start()
             with suppress(NotImplementedError, RuntimeError, ValueError):  # no signals off the main thread
                 asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, watcher.request_reload)
-        state.embedders.start_loading()  # so the first text query does not wait for a model to load
+        # Before the first request (uvicorn listens once startup is over): the first text query does not
+        # wait for a model, a worker answers with the memory it will keep (a model is ~160 MB: loaded
+        # after /healthz, it once looked like growth under load), and loading's leftovers go back.
+        await asyncio.gather(*map(asyncio.wrap_future, state.embedders.start_loading()), return_exceptions=True)
+        release_free_memory()
+        drain_on_sigterm(settings.drain_seconds)
         async with mcp_server.running(mcp):
             yield
         if settings.watch_interval > 0:
@@ -105,11 +123,14 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
         middleware=[
             Middleware(PolymathLinkHeader),
             Middleware(ragflow.RAGFlowEnvelope),  # under /api/v1/, every answer in RAGFlow's envelope
+            Middleware(DialectErrors, prefix=openai_errors.PREFIX, rewrite=openai_errors.as_openai_error),
+            Middleware(DialectErrors, prefix=dify.PREFIX, rewrite=dify.as_dify_error),
             Middleware(AccessLog, metrics=state.metrics, generation=lambda: state.catalog.generation),
             # Outside the rate limit and the body guard: their refusals carry CORS headers too, and a
             # preflight (answered there, doing no work) never spends a client's requests.
             Middleware(CrossOrigin, policy=cors),
             Middleware(SecurityHeaders),
+            Middleware(TokensOutOfURLs),  # every door, before anything reads the request
             Middleware(RateLimit, per_second=settings.rate_limit, burst=settings.rate_burst,
                        subject_of=partial(verified_subject, state.access)),
             Middleware(RequestBodyGuard, max_bytes=settings.max_body_bytes, read_timeout=settings.body_read_timeout),
@@ -117,7 +138,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
         lifespan=lifespan,
         exception_handlers={
             HTTPError: on_refused,
-            openai_embeddings.OpenAIError: on_openai_refused,
+            openai_errors.OpenAIError: on_openai_refused,
             QueryError: on_core_refusal,
             NothingLoaded: on_core_refusal,
             NoEmbedder: on_core_refusal,
@@ -144,12 +165,14 @@ def embedders_for(settings: Settings, catalog: Catalog) -> Embedders:
 
 def app_from_environment() -> Starlette:
     """Factory for `uvicorn --factory` when serving with several workers: set up as `serve` does."""
+    limit_malloc_arenas()
     configure_logging(os.environ.get(LOG_LEVEL_VARIABLE, "info"))
     settings = Settings.from_environment()
     limit_blas_threads(settings.blas_threads)
     configure_scans(settings.scan_threads, settings.max_batch)
-    prepare_worker(settings)
-    return create_app(settings)
+    app = create_app(settings)
+    log.debug("%s", prepare_worker(settings))  # once its libraries are open: serve said the same for them all
+    return app
 
 
 async def on_refused(request: Request, error: Exception) -> Response:
@@ -159,9 +182,9 @@ async def on_refused(request: Request, error: Exception) -> Response:
 
 
 async def on_openai_refused(request: Request, error: Exception) -> Response:
-    assert isinstance(error, openai_embeddings.OpenAIError)
+    assert isinstance(error, openai_errors.OpenAIError)
     host_state(request).metrics.count("polymath_errors_total", status=str(error.status))
-    return openai_embeddings.openai_error_response(error)
+    return openai_errors.openai_error_response(error)
 
 
 async def on_core_refusal(request: Request, error: Exception) -> Response:

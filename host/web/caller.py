@@ -1,14 +1,18 @@
 """Who is asking: the one place a request's access token is read and turned into a grant.
 
-A token arrives as `Authorization: Bearer <token>`, as the `access_token` query parameter, or as
-the `access_token` argument of a query body; `""` means none. A token that fails verification is
-a 401 saying why ("renew it"); an unknown legacy opaque token is anonymous, as in the original
-host. Every endpoint and the rate limiter ask here; none reads credentials itself.
+A token arrives as `Authorization: Bearer <token>` or as the `access_token` argument of a query
+body; `""` means none. Never in the URL: URLs are written to load balancers', proxies' and
+browsers' logs (RFC 6750 §5.3), so a request carrying a token in its query string is refused
+(`url_token_parameter`, asked by the `TokensOutOfURLs` middleware in front of every door) and a
+token there is never read. A token that fails verification is a 401 saying why ("renew it"); an
+unknown legacy opaque token is anonymous, as in the original host. Every endpoint and the rate
+limiter ask here; none reads credentials itself.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import parse_qsl
 
 from starlette.datastructures import Headers
 from starlette.requests import Request
@@ -28,14 +32,29 @@ class Caller:
         return self.grant.access_tags
 
 
+URL_TOKEN_PARAMETERS = frozenset({"access_token", "token"})  # names clients put tokens under, in any case
+URL_TOKEN_REFUSAL = ("an access token in the URL is refused, because URLs end up in proxy, server and browser logs: "
+                     "send it in an Authorization: Bearer header (POST / also reads an access_token field in its body), "
+                     "and treat this one as exposed")
+
+
 def bearer_token(headers: Headers) -> str | None:
     scheme, _, credentials = headers.get("authorization", "").partition(" ")
     return credentials.strip() or None if scheme.lower() == "bearer" else None
 
 
+def url_token_parameter(query_string: bytes) -> str | None:
+    """The name of a query-string parameter that carries a token (a non-blank `access_token` or
+    `token`, in any case, percent-encoded or not), or None."""
+    if not query_string:
+        return None
+    pairs = parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)
+    return next((name for name, value in pairs if name.lower() in URL_TOKEN_PARAMETERS and value.strip()), None)
+
+
 def presented_token(request: Request, body_token: str | None = None) -> str | None:
-    """The token a request carries: a query body's `access_token`, else the query string's, else Bearer."""
-    return body_token or request.query_params.get("access_token") or bearer_token(request.headers)
+    """The token a request carries: a query body's `access_token`, else Bearer (never the URL's)."""
+    return body_token or bearer_token(request.headers)
 
 
 def caller_for(access: AccessControl, token: str | None) -> Caller:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from host.web.dialects.openapi_paths import PATHS as DIALECT_PATHS
+from host.web.dialects.openapi_retrieval import PATHS as RETRIEVAL_PATHS
 
 _ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
 
@@ -34,7 +35,8 @@ _QUERY_ARGUMENTS = {
         "count_type": {"type": "string", "enum": ["token", "bit"], "default": "token"},
         "omit": {"description": "Keys to omit from bits: '', '*', a key, a comma list, or a list of keys.",
                  "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}], "default": "embedding"},
-        "access_token": {"type": "string", "description": "Also accepted as Authorization: Bearer."},
+        "access_token": {"type": "string", "description": "Also accepted as Authorization: Bearer; never in the URL "
+                                                          "(a token in the query string is a 400 on every path)."},
     },
 }
 
@@ -103,9 +105,7 @@ def _openai_error(description: str) -> dict[str, Any]:
 _JSON_BODY = {"application/json": {"schema": {"$ref": "#/components/schemas/Library"}}}
 _TOKEN_PARAMETERS = [
     {"name": "Authorization", "in": "header", "required": False, "schema": {"type": "string"},
-     "description": "Bearer <access token>"},
-    {"name": "access_token", "in": "query", "required": False, "schema": {"type": "string"},
-     "description": "An access token, for clients that cannot set a header."},
+     "description": "Bearer <access token> (never in the URL: a token in the query string is a 400)"},
 ]
 
 _NOTICE = {"type": "object", "required": ["level", "text"], "properties": {
@@ -249,10 +249,12 @@ OPENAPI: dict[str, Any] = {
                           "404": _error("No such library visible to this caller"),
                           "429": _error("Too many requests")}}},
         "/healthz": {"get": {"summary": "Alive", "responses": {"200": {"description": "Alive"}}}},
-        "/readyz": {"get": {"summary": "Libraries loaded", "responses": {"200": {"description": "Ready"}}}},
+        "/readyz": {"get": {"summary": "Libraries loaded", "responses": {"200": {"description": "Ready"}, "503": {
+            "description": "Not ready: a replica before its first sync from its origin, or a host draining on SIGTERM"}}}},
         "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {
             "description": "Metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
         **DIALECT_PATHS,
+        **RETRIEVAL_PATHS,
     },
     "components": {"schemas": {"Error": _ERROR, "Bit": _BIT, "Library": _LIBRARY, "Page": _PAGE}},
 }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
@@ -9,7 +11,8 @@ from host.search.batching import BATCHER
 from host.service.prometheus import heading, sample
 from host.web.openapi import OPENAPI
 from host.web.responses import JSON, render_json
-from host.web.state import host_state
+from host.web.server import DRAINING
+from host.web.state import HostState, host_state
 
 
 async def healthz(request: Request) -> Response:
@@ -20,6 +23,11 @@ async def readyz(request: Request) -> Response:
     """Ready once the libraries are loaded, whatever was found: the answer must not depend on
     private libraries (nor tell that only private ones exist), so it counts only public ones."""
     state = host_state(request)
+    if DRAINING.is_set():
+        return Response(render_json({"status": "draining: stopping after the requests in flight"}), 503, media_type=JSON)
+    replica = state.origins.replica if state.origins else None
+    if replica is not None and replica.serving is None:
+        return Response(render_json({"status": "waiting for a first good sync from the origin"}), 503, media_type=JSON)
     body = {"status": "ready", "public_generation": state.public_generation,
             "public_libraries": len(state.catalog.public_libraries())}
     return Response(render_json(body), 200, media_type=JSON)
@@ -29,7 +37,8 @@ async def metrics(request: Request) -> Response:
     state = host_state(request)
     # Embedding figures only for models anyone may see: an embedder of a private-only model is not named.
     public_models = [model for model, index in state.catalog.models.items() if index.visible_count(frozenset())]
-    text = state.metrics.render() + "\n".join(state.embedders.stats.render_lines(public_models) + scan_lines()) + "\n"
+    lines = state.embedders.stats.render_lines(public_models) + scan_lines() + origin_lines(state)
+    text = state.metrics.render() + "\n".join(lines) + "\n"
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 
@@ -39,6 +48,25 @@ def scan_lines() -> list[str]:
             sample("polymath_scan_steps_total", (), BATCHER.steps),
             *heading("polymath_scan_step_queries_total", "counter", "Queries scored by those steps (one per query aboard)."),
             sample("polymath_scan_step_queries_total", (), BATCHER.step_queries)]
+
+
+def origin_lines(state: HostState) -> list[str]:
+    """A replica's syncs (host/catalog/replica.py), this process's: how old its set is, how many polls failed."""
+    sources = state.origins
+    if sources is None or (sources.replica is None and sources.access_follower is None):
+        return []
+    now, present = time.time(), [("libraries", sources.replica), ("access", sources.access_follower)]
+    statuses = [((("source", what),), source.status) for what, source in present if source is not None]
+    ages = [(labels, round(now - status.last_good, 3) if status.last_good is not None else -1)
+            for labels, status in statuses]
+    return [*heading("polymath_origin_sync_age_seconds", "gauge",
+                     "Seconds since this process last found itself in step with its origin (-1: never)."),
+            *(sample("polymath_origin_sync_age_seconds", labels, age) for labels, age in ages),
+            *heading("polymath_origin_sync_failures_total", "counter", "Polls of the origin that failed."),
+            *(sample("polymath_origin_sync_failures_total", labels, status.failures) for labels, status in statuses),
+            *heading("polymath_origin_in_step", "gauge", "1 when the last poll of the origin succeeded, else 0."),
+            *(sample("polymath_origin_in_step", labels, int(status.problem is None and status.last_good is not None))
+              for labels, status in statuses)]
 
 
 async def openapi(request: Request) -> Response:

@@ -13,11 +13,15 @@ from host.catalog.generations import Catalog
 from host.embedders.service import Embedders
 from host.search.query import SearchPolicy
 from host.service.settings import Settings
+from host.service.sources import Sources
 from host.web.metrics import Metrics
 from host.web.page.maps import ProjectionCache
 
 ETAGS_KEPT = 4096
 LARGEST_SHARE = 8  # one entry may take at most this fraction of a cache: it never empties it alone
+# What an entry costs beyond its body and its key's bytes and text: the tuples, the objects' headers
+# and the LRU's bookkeeping (measured with tracemalloc: ~760 bytes for an answer's entry).
+ENTRY_OVERHEAD = 1024
 
 
 class HostState:
@@ -34,6 +38,7 @@ class HostState:
         self.etags: LRUCache[tuple[Any, ...], str] = LRUCache(maxsize=ETAGS_KEPT)
         self.projections = ProjectionCache()  # libraries' maps (the page)
         self.public_generation = 0
+        self.origins: Sources | None = None  # where the libraries come from: a replica's sync shows in /readyz, /metrics
         self._public_fingerprint: tuple[tuple[str, str], ...] | None = None
         self._describe(catalog)
 
@@ -62,22 +67,40 @@ def host_state(request: Request) -> HostState:
 
 
 class ByteBoundedCache:
-    """An LRU of rendered bodies, bounded by their total size in bytes, shared by the threads that
-    compute them (cachetools is not thread-safe). A body over 1/LARGEST_SHARE of it is not kept."""
+    """An LRU of rendered bodies, bounded by what its entries cost in bytes (`entry_bytes`: a body,
+    its key's bytes and text, and ENTRY_OVERHEAD), shared by the threads that compute them
+    (cachetools is not thread-safe). A body over 1/LARGEST_SHARE of it is not kept.
+
+    Counting only the bodies once let a stream of distinct small answers (a 384-dimension query's
+    key holds 1.5 KB of vector beside a ~300-byte answer) hold seven times the limit."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._entries: LRUCache[tuple[Any, ...], bytes] = LRUCache(maxsize=max(1, max_bytes), getsizeof=len)
+        self._entries: LRUCache[tuple[Any, ...], tuple[bytes, int]] = LRUCache(
+            maxsize=max(1, max_bytes), getsizeof=lambda entry: entry[1])
         self._lock = threading.Lock()
 
     def get(self, key: tuple[Any, ...]) -> bytes | None:
         with self._lock:
-            return self._entries.get(key)
+            entry = self._entries.get(key)
+        return entry[0] if entry is not None else None
 
     def keeps(self, size: int) -> bool:
         return size <= self.max_bytes // LARGEST_SHARE
 
     def put(self, key: tuple[Any, ...], body: bytes) -> None:
-        if self.keeps(len(body)):
+        cost = entry_bytes(key, body)
+        if self.keeps(cost):
             with self._lock:
-                self._entries[key] = body
+                self._entries[key] = (body, cost)
+
+    @property
+    def held_bytes(self) -> int:
+        """What the entries kept now cost, as counted against `max_bytes`."""
+        with self._lock:
+            return int(self._entries.currsize)
+
+
+def entry_bytes(key: tuple[Any, ...], body: bytes) -> int:
+    """What keeping `body` under `key` costs: the body, the key's bytes and text, and ENTRY_OVERHEAD."""
+    return len(body) + sum(len(part) for part in key if isinstance(part, bytes | str)) + ENTRY_OVERHEAD

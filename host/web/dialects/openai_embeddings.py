@@ -3,8 +3,9 @@
 Clients embed text with exactly a library's model, e.g. to build their own query vectors:
 `{"model": "<a library embedding_model>", "input": "text" | ["text", ...],
 "encoding_format": "float" | "base64"}` answered as OpenAI does. Errors come in OpenAI's shape
-(`{"error": {"message", "type", "param", "code"}}`), which its clients read. A model is served to
-a caller only if they may see some of its bits: an embedder of a private-only model is not named.
+(`{"error": {"message", "type", "param", "code"}}`, openai_errors.py), which its clients read. A
+model is served to a caller only if they may see some of its bits: an embedder of a private-only
+model is not named.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from starlette.responses import Response
 from host.embedders.errors import EmbedderError, EmbedderTimeout, NoEmbedder
 from host.library.format import parse_json
 from host.web.caller import request_caller
+from host.web.dialects.openai_errors import OpenAIError
 from host.web.errors import HTTPError
 from host.web.responses import JSON, cache_headers, render_json
 from host.web.state import host_state
@@ -25,15 +27,6 @@ from host.web.state import host_state
 MAX_INPUTS = 256
 MAX_INPUT_CHARACTERS = 8_000  # MiniLM reads 256 tokens; OpenAI's models ~8k tokens
 BATCH_SECONDS_PER_INPUT = 0.5  # a batch may take this long per input beyond the query time limit
-
-
-class OpenAIError(HTTPError):
-    """A refusal in OpenAI's error shape."""
-
-    def __init__(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error",
-                 headers: dict[str, str] | None = None) -> None:
-        super().__init__(status, message, headers)
-        self.body = {"error": {"message": message, "type": kind, "param": param, "code": None}}
 
 
 async def embeddings(request: Request) -> Response:
@@ -101,7 +94,3 @@ def encoded(vector: np.ndarray, encoding: str) -> list[float] | str:
         return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
     floats: list[float] = vector.astype(np.float64).tolist()
     return floats
-
-
-def openai_error_response(error: OpenAIError) -> Response:
-    return Response(render_json(error.body), error.status, error.headers, media_type=JSON)

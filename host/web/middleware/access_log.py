@@ -1,4 +1,10 @@
-"""One JSON line per request, and the request counters and latency in /metrics."""
+"""One JSON line per request, and the request counters and latency in /metrics.
+
+The query string is logged with the value of every credential-like parameter redacted (a name
+ending in token, key, secret, password or signature, in any case: `access_token` and `token` among
+them). No door accepts a token there (host/web/middleware/url_tokens.py), but an old client may
+still send one, and the log must not keep it. Headers are never logged.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from urllib.parse import parse_qsl, quote
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -14,12 +21,25 @@ from host.web.metrics import Metrics
 
 access_log = logging.getLogger(ACCESS_LOG)
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"})
+SECRET_NAME_ENDINGS = ("token", "key", "secret", "password", "signature")
+REDACTED = "REDACTED"
+MAX_LOGGED_QUERY = 2048  # characters: a query string of megabytes is cut, not copied into every line
+
+
+def redacted_query(query_string: bytes) -> str:
+    """The query string as logged: credential-like parameters' values replaced by REDACTED."""
+    if not query_string:
+        return ""
+    pairs = parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)
+    return "&".join(
+        f"{quote(name, safe='')}={REDACTED if name.lower().endswith(SECRET_NAME_ENDINGS) else quote(value, safe='')}"
+        for name, value in pairs)[:MAX_LOGGED_QUERY]
 
 
 class AccessLog:
     """One JSON line per request, and the request counters and latency in /metrics.
 
-    Logs the path without its query string (which may hold an access token), never a header.
+    Logs the path and the query string with credentials redacted (`redacted_query`), never a header.
     """
 
     def __init__(self, app: ASGIApp, metrics: Metrics, generation: Callable[[], int]) -> None:
@@ -51,6 +71,7 @@ class AccessLog:
                 "time": round(time.time(), 3),
                 "method": scope["method"],
                 "path": scope["path"],
+                "query": redacted_query(scope.get("query_string", b"")),
                 "status": status,
                 "duration_ms": round(seconds * 1000, 3),
                 "generation": generation,

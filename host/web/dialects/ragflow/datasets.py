@@ -37,7 +37,7 @@ from host.web.responses import cache_headers
 from host.web.state import host_state
 
 DATASET_PARAMETERS = ("id", "ids", "name", "page", "page_size", "orderby", "desc", "include_parsing_status", "ext",
-                      "type", "access_token")
+                      "type")
 MAX_PAGE_SIZE = 100  # RAGFlow's own limit
 MAX_DOCUMENT_PAGE_SIZE = 1024
 TRUE, FALSE = ("true", "1", "yes", "y", "on", "t"), ("false", "0", "no", "n", "off", "f")  # pydantic's booleans

@@ -8,11 +8,11 @@ a crash). Two pieces keep that true:
 - `ragflow_endpoint` wraps each RAGFlow endpoint: a `RAGFlowError` (RAGFlow's own refusals, HTTP
   200 as RAGFlow sends them), a refused token (401), an embedder or core refusal all become
   envelopes.
-- `RAGFlowEnvelope`, an ASGI middleware scoped to the prefix, rewrites any other error body
-  (`{"error": ...}` or text) as `{"code": <status>, "message": ..., "data": null}` keeping its
-  status and headers (Retry-After, WWW-Authenticate), and answers a crash with code 100 and HTTP
-  500 (logged, never a traceback). It also serves `//api/v1/...`, which the SDK requests when its
-  base URL ends with a slash.
+- `RAGFlowEnvelope` (host/web/middleware/dialect_errors.py, scoped to the prefix) rewrites any
+  other error body (`{"error": ...}` or text) as `{"code": <status>, "message": ..., "data": null}`
+  keeping its status and headers (Retry-After, WWW-Authenticate), and answers a crash with code 100
+  and HTTP 500 (logged, never a traceback). It also serves `//api/v1/...`, which the SDK requests
+  when its base URL ends with a slash.
 
 Codes are RAGFlow's (`common/constants.py::RetCode`): 0 success, 100 exception, 101 argument,
 102 data, 108 permission, 401 unauthorized; an error made outside the dialect carries its HTTP
@@ -22,19 +22,17 @@ status as its code (RAGFlow does so for 401 and 404), except a crash: 100.
 from __future__ import annotations
 
 import functools
-import json
-import logging
 from collections.abc import Awaitable, Callable
-from http import HTTPStatus
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from host.embedders.errors import EmbedderError, NoEmbedder
 from host.search.errors import NothingLoaded, QueryError
 from host.web.errors import HTTPError, from_core
+from host.web.middleware.dialect_errors import DialectErrors, error_message, json_object
 from host.web.responses import JSON, render_json
 
 PREFIX = "/api/v1/"
@@ -44,8 +42,6 @@ ARGUMENT_ERROR = 101
 DATA_ERROR = 102
 PERMISSION_ERROR = 108
 UNAUTHORIZED = 401
-MAX_ERROR_BODY = 1 << 16  # error bodies are one sentence; a longer one is cut, never buffered unbounded
-log = logging.getLogger("polymath_host")
 
 
 class RAGFlowError(Exception):
@@ -92,26 +88,9 @@ def ragflow_endpoint(handler: Callable[[Request], Awaitable[Response]]) -> Calla
     return endpoint
 
 
-def _message_of(body: bytes, status: int) -> str:
-    """The one sentence inside an error body made elsewhere: `{"error": ...}`, or its text."""
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        parsed = None
-    if isinstance(parsed, dict) and isinstance(parsed.get("error"), str):
-        return str(parsed["error"])
-    text = body.decode("utf-8", "replace").strip()
-    if text and not text.startswith(("{", "[", "<")):
-        return text.splitlines()[0][:300]
-    return HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else f"HTTP {status}"
-
-
 def _is_envelope(body: bytes) -> bool:
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return False
-    return isinstance(parsed, dict) and type(parsed.get("code")) is int and (
+    parsed = json_object(body)
+    return parsed is not None and type(parsed.get("code")) is int and (
         parsed["code"] == SUCCESS or isinstance(parsed.get("message"), str))
 
 
@@ -120,59 +99,17 @@ def rewritten(status: int, body: bytes) -> bytes:
     if _is_envelope(body):
         return body
     code = EXCEPTION_ERROR if status == 500 else status
-    return render_json({"code": code, "message": _message_of(body, status), "data": None})
+    return render_json({"code": code, "message": error_message(body, status), "data": None})
 
 
-class RAGFlowEnvelope:
+class RAGFlowEnvelope(DialectErrors):
     """Under `/api/v1/`, every response is RAGFlow's envelope (see the module docstring)."""
 
     def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+        super().__init__(app, PREFIX, rewritten)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        if scope["path"].startswith("/" + PREFIX):  # RAGFlow("key", "http://host:port/") asks //api/v1/...
+        if scope["type"] == "http" and scope["path"].startswith("/" + PREFIX):  # RAGFlow("key", "http://host:port/")
             raw_path = scope.get("raw_path")
             scope = {**scope, "path": scope["path"][1:], "raw_path": raw_path[1:] if raw_path else raw_path}
-        if not scope["path"].startswith(PREFIX):
-            return await self.app(scope, receive, send)
-        started: Message | None = None  # an error's start, held back until its body is rewritten
-        sent_start = False
-        body = bytearray()
-
-        async def enveloping_send(message: Message) -> None:
-            nonlocal started, sent_start
-            if message["type"] == "http.response.start":
-                if message["status"] < 400:
-                    sent_start = True
-                    return await send(message)
-                started = message
-                return None
-            if message["type"] == "http.response.body" and started is not None:
-                if len(body) < MAX_ERROR_BODY:
-                    body.extend(message.get("body", b"")[: MAX_ERROR_BODY - len(body)])
-                if message.get("more_body", False):
-                    return None
-                return await self._send_error(send, started, bytes(body))
-            return await send(message)
-
-        try:
-            await self.app(scope, receive, enveloping_send)
-        except Exception:
-            if sent_start:
-                raise
-            log.exception("internal error on %s %s", scope["method"], scope["path"])
-            crash = render_json({"code": EXCEPTION_ERROR, "data": None,
-                                 "message": "the host failed to answer this request; the error is logged"})
-            await self._send_error(send, {"type": "http.response.start", "status": 500, "headers": []}, crash)
-
-    @staticmethod
-    async def _send_error(send: Send, start: Message, body: bytes) -> None:
-        status = start["status"]
-        body = rewritten(status, body)
-        kept = [(name, value) for name, value in start.get("headers", [])
-                if name.lower() not in (b"content-length", b"content-type")]
-        headers = [*kept, (b"content-type", JSON.encode()), (b"content-length", str(len(body)).encode())]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await super().__call__(scope, receive, send)
