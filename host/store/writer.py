@@ -12,8 +12,16 @@ Memory stays at a few dozen bytes per bit plus the text index, whatever the vect
    public digest and the largest norm are updated as they go.
 2. At the end, a library of `cluster_from` bits or more gets its layout (host/store/clusters.py: k-means
    on a sample of the rows, every row assigned block by block), and the two big files are written
-   again in the layout's order from their file-order copies, which are then deleted.
-3. The text index is built from the records as stored, a chunk at a time.
+   again in the layout's order from their file-order copies, which are then deleted; the vectors'
+   8-bit codes (host/store/codes.py) are written beside them. This runs on a thread of its own...
+3. ...while the records' words are read for the text index (Python, this thread), in file
+   order; the index is finished in stored order once the layout is known.
+
+Rows are read back with pread, never through a memory map: a map's scattered reads map whole runs
+of pages around each row, and the resident set would grow to the file.
+
+STORE_FORMAT 7: compiled by this writer (codes.npy, code_scale.npy, id_heads.npy; the public digest
+is sha256(message + sha256(public bits))).
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ from host.store.clusters import CLUSTER_FROM, Layout, plan_layout
 from host.store.codes import code_scale, encode
 from host.store.sign_codes import pack_signs, words_for
 
-STORE_FORMAT = 7  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json; 6: clustered layout; 7: streamed compile
+STORE_FORMAT = 7  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json; 6: clustered layout; 7: this writer, codes
 ROW_BLOCK = 4096  # rows copied at a time when writing a permuted matrix (no second full copy)
 HEADER_BYTES = 128  # the .npy header of any (rows, dimension) float32 array up to 10^15 rows
 Step = Callable[[str, float], None]  # (what is being done, fraction of it done)
