@@ -44,7 +44,7 @@ def broken_library(path: Path) -> Path:
 # ---- help -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", ["serve", "build", "validate"])
+@pytest.mark.parametrize("command", ["serve", "compile", "build", "validate"])
 def test_each_command_has_help(tmp_path, command):
     result = polymath_host(command, "--help", cwd=tmp_path)
     assert result.returncode == 0
@@ -60,7 +60,7 @@ def test_serve_help_explains_the_defaults(tmp_path):
 def test_top_level_help_lists_the_commands(tmp_path):
     result = polymath_host("--help", cwd=tmp_path)
     assert result.returncode == 0
-    for command in ["serve", "build", "validate", "import", "access", "token"]:
+    for command in ["serve", "compile", "build", "validate", "import", "access", "token"]:
         assert f"    {command} " in result.stdout
 
 

@@ -237,8 +237,8 @@ def test_reloads_leave_no_temporary_folders_in_the_compiled_cache(publishing: tu
         wait_until(lambda v=version: versions_served(host.url, "churn") == {f"churn version {v}"})
     assert leftover_temporary_folders(folder / ".compiled") == []
     assert sorted(path.name for path in (folder / ".compiled" / "churn").iterdir()) == [
-        "embeddings.npy", "ids.npy", "meta.json", "record_offsets.npy", "records.bin", "sign_codes.npy",
-        "tag_ids.npy", "text_index.bin", "text_index.json", "token_counts.npy"]
+        "embeddings.npy", "id_heads.npy", "ids.npy", "meta.json", "record_offsets.npy", "records.bin",
+        "sign_codes.npy", "tag_ids.npy", "text_index.bin", "text_index.json", "token_counts.npy"]
 
 
 def test_a_corrupt_compiled_cache_is_rebuilt_on_the_next_load_while_serving(

@@ -10,6 +10,7 @@ from pathlib import Path
 from host.catalog.model_index import ModelIndex
 from host.library.format import LibraryFormatError
 from host.store.compiled import DEFAULT_MAX_SOURCE_BYTES, CompiledLibrary, StoreError, load_library, open_compiled
+from host.store.progress import CompileProgress
 
 COMPILED_FOLDER = ".compiled"
 
@@ -103,13 +104,15 @@ def load_catalog(
     previous: Catalog | None = None,
     max_bytes: int = DEFAULT_MAX_SOURCE_BYTES,
     progress: Callable[[str], None] | None = None,
+    bars: bool = False,
 ) -> Catalog:
     """Load every library under `root`, compiling what changed, as the next generation.
 
     A bad file is reported in `problems` (one line each, naming the file) and skipped: one
     publisher's broken file must not take the others offline. With `previous` (a reload), an
     unchanged library is reused as it is, and a library whose file went bad keeps serving its
-    previous version.
+    previous version. With `bars`, a compile that takes more than two seconds shows how far it is
+    on stderr (host/store/progress.py).
     """
     cache_dir = cache_dir or default_cache_dir(root)
     earlier = {library.name: library for library in previous.libraries} if previous else {}
@@ -122,13 +125,19 @@ def load_catalog(
             if before is not None and before.source_key.matches_stat(entry.path.stat()):
                 loaded.append(before)
                 continue
-            library, compiled = load_library(
-                entry.path,
-                cache_dir / entry.name,
-                name=entry.name,
-                access_tag=entry.access_tag,
-                max_bytes=max_bytes,
-            )
+            bar = CompileProgress(entry.name, entry.path.stat().st_size) if bars else None
+            try:
+                library, compiled = load_library(
+                    entry.path,
+                    cache_dir / entry.name,
+                    name=entry.name,
+                    access_tag=entry.access_tag,
+                    max_bytes=max_bytes,
+                    progress=bar,
+                )
+            finally:
+                if bar is not None:
+                    bar.close()
         except Exception as problem:  # one publisher's file, however broken, must not stop the others
             # Its previous version keeps serving: the one in memory, or else the last one compiled
             # (a worker starting while a publisher is mid-write must serve what the others serve).

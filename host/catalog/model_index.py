@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -82,7 +83,6 @@ class ModelIndex:
     token_counts: np.ndarray
     tag_ids: np.ndarray  # into `tags`; 0 is public
     tags: tuple[str, ...]
-    ids: np.ndarray  # canonical ids (S32) of every row
     has_duplicates: bool  # the same bit in two libraries
     tie_keys: np.ndarray | None = None  # each row's position in file order (None: rows are in file order)
     clusters: ClusterTable | None = None  # None: no library is clustered
@@ -92,32 +92,42 @@ class ModelIndex:
 
     @classmethod
     def build(cls, libraries: tuple[CompiledLibrary, ...]) -> ModelIndex:
+        """One numbering over `libraries`. A single library's arrays are used as they are (memory maps
+        shared by every worker); several are joined once, and only the small per-row arrays (10
+        bytes a row), so ten libraries of a million bits open in a fraction of a second."""
         tags: list[str] = [""]
         tag_ids = []
         for library in libraries:
             mapping = np.array([_intern(tags, tag) for tag in library.tags], dtype=np.uint16)
-            tag_ids.append(mapping[library.tag_ids])
+            same = bool(np.array_equal(mapping, np.arange(len(mapping))))
+            tag_ids.append(library.tag_ids if same else mapping[library.tag_ids])
         offsets = np.zeros(len(libraries) + 1, dtype=np.int64)
         np.cumsum([library.bit_count for library in libraries], out=offsets[1:])
-        ids = np.concatenate([library.ids for library in libraries])
         tie_keys = None
         if any(library.source_rows is not None for library in libraries):
-            tie_keys = np.concatenate([
-                (np.arange(library.bit_count) if library.source_rows is None else library.source_rows) + start
-                for library, start in zip(libraries, offsets[:-1].tolist())]).astype(np.int64)
+            keys = np.int32 if offsets[-1] < 2**31 else np.int64
+            tie_keys = (libraries[0].source_rows if len(libraries) == 1 else np.concatenate([
+                ((np.arange(library.bit_count) if library.source_rows is None else library.source_rows) + start)
+                .astype(keys) for library, start in zip(libraries, offsets[:-1].tolist())]))
         return cls(
             model=libraries[0].embedding_model,
             dimension=libraries[0].dimension,
             libraries=libraries,
             offsets=offsets,
-            token_counts=np.concatenate([library.token_counts for library in libraries]).astype(np.int64),
-            tag_ids=np.concatenate(tag_ids),
+            token_counts=_joined([library.token_counts for library in libraries]),
+            tag_ids=_joined(tag_ids),
             tags=tuple(tags),
-            ids=ids,
-            has_duplicates=_has_duplicates(ids),
+            # One copy per (bit, tag) is kept within a file: two rows share an id only across
+            # libraries, or across the tags of one.
+            has_duplicates=(len(libraries) > 1 or len(libraries[0].tags) > 1) and _has_duplicates(libraries),
             tie_keys=tie_keys,
             clusters=ClusterTable.build(libraries, offsets),
         )
+
+    @cached_property
+    def ids(self) -> np.ndarray:
+        """Canonical ids (S32) of every row: joined on first use (a page's bit lookup, duplicates)."""
+        return _joined([library.ids for library in self.libraries])
 
     @property
     def bit_count(self) -> int:
@@ -195,11 +205,21 @@ def visible_counts(clusters: ClusterTable, mask: np.ndarray | None) -> np.ndarra
     return counts
 
 
-def _has_duplicates(ids: np.ndarray) -> bool:
-    """Whether two rows share an id. Ids are SHA-256 digests: distinct 8-byte prefixes prove
-    distinct ids, so the full comparison (0.9 s for 1M ids) runs only on a prefix collision."""
-    heads = np.sort(np.ascontiguousarray(ids, dtype="S32").view("<u8")[::4])
-    return bool(np.any(heads[1:] == heads[:-1])) and len(np.unique(ids)) < len(ids)
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+
+def _has_duplicates(libraries: tuple[CompiledLibrary, ...]) -> bool:
+    """Whether two rows share an id. Ids are
+    SHA-256 digests: distinct 8-byte prefixes prove distinct ids, so only the prefixes are sorted
+    (10M in ~0.2 s) and the full comparison runs only on a prefix collision."""
+    heads = np.concatenate([np.sort(np.ascontiguousarray(library.ids).view("<u8")[::4]) if library.id_heads is None
+                            else library.id_heads for library in libraries])
+    heads.sort(kind="stable")  # sorted runs, one per library: merged, not sorted again
+    if not np.any(heads[1:] == heads[:-1]):
+        return False
+    ids = np.concatenate([library.ids for library in libraries])
+    return len(np.unique(ids)) < len(ids)
 
 
 def _intern(tags: list[str], tag: str) -> int:

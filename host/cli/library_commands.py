@@ -1,4 +1,4 @@
-"""`polymath-host build` and `validate`: compile library files ahead of time, or check them."""
+"""`polymath-host compile` (also `build`) and `validate`: compile library files ahead of time, or check them."""
 
 from __future__ import annotations
 
@@ -13,11 +13,15 @@ from host.cli.validate import validate_command
 
 
 def register(commands: Any) -> None:
-    build = commands.add_parser("build", help="compile libraries to their memory-mapped form", description=(
-        "Compile library files (or folders of them) now, so that serve starts without parsing JSON."))
-    build.add_argument("paths", nargs="+", type=Path, metavar="PATH")
-    add_setting_options(build, "cache_dir", "max_library_bytes")
-    build.set_defaults(func=build_command)
+    # `build` is the command's first name (SPEC §6); `compile` says what it does.
+    for name, summary in (("compile", "compile libraries to their memory-mapped form"), ("build", "the same as compile")):
+        build = commands.add_parser(name, help=summary, description=(
+            "Compile library files (or folders of them) now, so that serve starts without parsing JSON. Files are "
+            "read as a stream: memory stays well below the size of their vectors, whatever the size of the file. "
+            "A compile longer than two seconds shows how far it is. `compile` and `build` are the same command."))
+        build.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+        add_setting_options(build, "cache_dir", "max_library_bytes")
+        build.set_defaults(func=build_command)
 
     validate = commands.add_parser("validate", help="check library files", description=(
         "Check library files (or folders of them): print every problem of every file, one line each; "
@@ -36,7 +40,7 @@ def build_command(args: argparse.Namespace) -> int:
             continue
         started = time.perf_counter()
         catalog = load_catalog(path, cache_dir=args.cache_dir or default_cache_dir(path),
-                               max_bytes=args.max_library_bytes, progress=say)
+                               max_bytes=args.max_library_bytes, progress=say, bars=True)
         for problem in catalog.problems:
             say(f"error: {problem}")
         failed += len(catalog.problems)

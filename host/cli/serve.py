@@ -79,7 +79,7 @@ def serve_command(args: argparse.Namespace) -> int:
     configure_scans(settings.scan_threads, settings.max_batch)
     started = time.perf_counter()
     catalog = load_catalog(sources.root, cache_dir=sources.compiled_dir, max_bytes=settings.max_library_bytes,
-                           progress=say)
+                           progress=say, bars=True)
     for skipped in catalog.problems:
         say(f"skipped {skipped}")
     bits = sum(library.bit_count for library in catalog.libraries)

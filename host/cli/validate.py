@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from host.catalog.generations import describe_problem, discover
-from host.library.format import check_library
-from host.store.compiled import DEFAULT_MAX_SOURCE_BYTES, read_library_file
+from host.library.format import BitBlock, LibraryFormatError
+from host.library.stream import stream_library
+from host.store.compiled import DEFAULT_MAX_SOURCE_BYTES
 
 
 def validate_paths(
@@ -42,18 +43,30 @@ def validate_paths(
 def _validate_file(path: Path, access_tag: str | None, max_library_bytes: int, say: Callable[[str], None]) -> int:
     """Report one file; returns how many problems it has."""
     try:
-        data = read_library_file(path, max_library_bytes)
-        library, found = check_library(data, access_tag=access_tag, consume=True)
+        size = path.stat().st_size
+        if size > max_library_bytes:
+            raise LibraryFormatError(
+                f"file is {size:,} bytes, over the {max_library_bytes:,}-byte limit (raise --max-library-bytes)")
+        streamed = stream_library(path, _Counted(), access_tag=access_tag)  # as a stream: any size, little memory
     except Exception as problem:  # every file is reported, whatever is wrong with it
         say(f"{path}: {describe_problem(problem)}")
         return 1
-    for line in found:
+    for line in streamed.problems:
         say(f"{path}: {line}")
-    if library is None:
-        return len(found)
+    library = streamed.header
+    if streamed.problems or library is None:
+        return max(len(streamed.problems), 1)
     dropped = f", {library.duplicates_dropped} duplicate bits dropped" if library.duplicates_dropped else ""
-    say(f"{path}: ok, {len(library.ids)} bits, {library.embedding_model}, dimension {library.dimension}{dropped}")
+    bits = library.bits_read - library.duplicates_dropped
+    say(f"{path}: ok, {bits} bits, {library.embedding_model}, dimension {library.dimension or 0}{dropped}")
     return 0
+
+
+class _Counted:
+    """Validating keeps nothing of the bits."""
+
+    def add(self, block: BitBlock) -> None:
+        pass
 
 
 def validate_command(args: argparse.Namespace) -> int:

@@ -27,16 +27,17 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
 import numpy as np
 
-from host.constraints.words import INDEXED_FIELDS, INFO_FIELDS, WORD, field_value, fold
+from host.constraints.words import INDEXED_FIELDS, INFO_FIELDS, field_value, fold, words
 
 PREFIX = "text_index."
 BLOB = "text_index.bin"
@@ -155,52 +156,85 @@ class _Numbering(dict[str, int]):
         return number
 
 
-def build_word_index(texts: Sequence[str]) -> dict[str, np.ndarray]:
-    """The word index arrays of one field, given each row's text (see the module docstring)."""
-    rows = len(texts)
-    numbering = _Numbering()
-    lengths = np.zeros(rows, dtype=np.int64)
-    chunks = []
-    for start in range(0, rows, TOKENIZE_CHUNK):
+class WordIndexBuilder:
+    """The word index of one field, fed the rows' texts chunk by chunk (see the module docstring).
+
+    Memory: 4 bytes per word while feeding, ~16 per word at `finish` (one sort of 8-byte keys).
+    """
+
+    def __init__(self) -> None:
+        self.numbering = _Numbering()
+        self.lengths: list[np.ndarray] = []
+        self.numbers: list[np.ndarray] = []
+
+    def add(self, texts: Sequence[str]) -> None:
         found: list[str] = []
-        for row in range(start, min(rows, start + TOKENIZE_CHUNK)):
-            row_words = WORD.findall(fold(texts[row]))
+        lengths = np.empty(len(texts), dtype=np.int64)
+        for row, text in enumerate(texts):
+            row_words = words(text)
             lengths[row] = len(row_words)
             found.extend(row_words)
-        chunks.append(np.fromiter(map(numbering.__getitem__, found), dtype=np.int64, count=len(found)))
-    numbers = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int64)
-    vocabulary = sorted(numbering)
-    renumber = np.empty(len(vocabulary), dtype=np.int64)
-    renumber[[numbering[word] for word in vocabulary]] = np.arange(len(vocabulary))
-    del numbering
-    term_ids = renumber[numbers]
-    del numbers
+        self.lengths.append(lengths)
+        self.numbers.append(np.fromiter(map(self.numbering.__getitem__, found), dtype=np.int32, count=len(found)))
 
-    longest = int(lengths.max()) if rows else 0
-    shift = max(longest - 1, 0).bit_length()
-    dtype = np.int32 if (rows << shift) <= np.iinfo(np.int32).max else np.int64
-    starts = np.cumsum(lengths) - lengths
-    row_of_word = np.repeat(np.arange(rows, dtype=np.int64), lengths)
-    keys = (row_of_word << shift) | (np.arange(len(term_ids), dtype=np.int64) - starts[row_of_word])
-    del row_of_word
-    # One sort by (word, position): the keys grow with the position already, so a sort of the
-    # combined number leaves each word's positions in order.
-    key_bits = max(int(rows << shift).bit_length(), 1)
-    combined = (term_ids << key_bits) | keys
-    del keys
-    combined.sort()
-    positions = (combined & ((1 << key_bits) - 1)).astype(dtype)
-    del combined
-    term_offsets = np.zeros(len(vocabulary) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(term_ids, minlength=len(vocabulary)), out=term_offsets[1:])
-    data, offsets = sorted_strings_arrays(vocabulary)
-    return {
-        "words": data,
-        "word_offsets": offsets,
-        "term_offsets": term_offsets,
-        "positions": positions,
-        "layout": np.array([shift], dtype=np.int64),
-    }
+    def finish(self, stored_row: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The arrays; with `stored_row` (the place each row fed will have), rows are numbered as stored."""
+        lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, dtype=np.int64)
+        rows = len(lengths)
+        numbering = self.numbering
+        vocabulary = sorted(numbering)
+        renumber = np.empty(len(vocabulary), dtype=np.int64)
+        renumber[np.fromiter(map(numbering.__getitem__, vocabulary), dtype=np.int64, count=len(vocabulary))] = (
+            np.arange(len(vocabulary)))
+        self.numbering = _Numbering()
+        longest = int(lengths.max()) if rows else 0
+        shift = max(longest - 1, 0).bit_length()
+        dtype = np.int32 if (rows << shift) <= np.iinfo(np.int32).max else np.int64
+        key_bits = max(int(rows << shift).bit_length(), 1)
+        # One sort by (word, position): the keys grow with the position already, so a sort of the
+        # combined number leaves each word's positions in order.
+        words = int(lengths.sum())
+        combined = np.empty(words, dtype=np.int64)
+        counts = np.zeros(len(vocabulary), dtype=np.int64)
+        position, row = 0, 0
+        numbers_of_chunks, self.numbers = self.numbers, []
+        for chunk_lengths in self.lengths:
+            numbers = numbers_of_chunks.pop(0)
+            term_ids = renumber[numbers]
+            counts += np.bincount(term_ids, minlength=len(vocabulary))
+            row_of_word = np.repeat(np.arange(row, row + len(chunk_lengths), dtype=np.int64), chunk_lengths)
+            if stored_row is not None:
+                row_of_word = stored_row[row_of_word]
+            starts = np.cumsum(chunk_lengths) - chunk_lengths
+            in_row = np.arange(len(numbers), dtype=np.int64) - np.repeat(starts, chunk_lengths)
+            part = combined[position : position + len(numbers)]
+            np.left_shift(term_ids, key_bits, out=part)
+            part |= (row_of_word << shift) | in_row
+            position += len(numbers)
+            row += len(chunk_lengths)
+        self.lengths = []
+        combined.sort()
+        np.bitwise_and(combined, (1 << key_bits) - 1, out=combined)
+        positions = combined.astype(dtype)
+        del combined
+        term_offsets = np.zeros(len(vocabulary) + 1, dtype=np.int64)
+        np.cumsum(counts, out=term_offsets[1:])
+        data, offsets = sorted_strings_arrays(vocabulary)
+        return {
+            "words": data,
+            "word_offsets": offsets,
+            "term_offsets": term_offsets,
+            "positions": positions,
+            "layout": np.array([shift], dtype=np.int64),
+        }
+
+
+def build_word_index(texts: Sequence[str]) -> dict[str, np.ndarray]:
+    """The word index arrays of one field, given each row's text (see the module docstring)."""
+    builder = WordIndexBuilder()
+    for start in range(0, len(texts), TOKENIZE_CHUNK):
+        builder.add(texts[start : start + TOKENIZE_CHUNK])
+    return builder.finish()
 
 
 # ---- value dictionary ---------------------------------------------------------------------------
@@ -217,6 +251,9 @@ class ValueIndex:
 
 def as_number(value: str) -> float:
     """`float(value)` as RAGFlow compares metadata, or NaN (never a number: NaN itself)."""
+    first = value.lstrip()[:1]
+    if first and not (first.isdecimal() or first in "+-.iInN"):  # what float() cannot start with: no exception
+        return float("nan")
     try:
         number = float(value)
     except ValueError:
@@ -224,17 +261,37 @@ def as_number(value: str) -> float:
     return number
 
 
+class ValueIndexBuilder:
+    """The value dictionary of one info field, fed the rows' values chunk by chunk."""
+
+    def __init__(self) -> None:
+        self.numbering = _Numbering()
+        self.numbers: list[np.ndarray] = []
+
+    def add(self, values: Sequence[str]) -> None:
+        folded = [fold(value) for value in values]
+        self.numbers.append(np.fromiter(map(self.numbering.__getitem__, folded), dtype=np.int32, count=len(folded)))
+
+    def finish(self, order: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The arrays; with `order` (stored row -> row fed), values are listed as stored."""
+        distinct = sorted(self.numbering)
+        renumber = np.empty(len(distinct), dtype=np.int32)
+        renumber[np.fromiter(map(self.numbering.__getitem__, distinct), dtype=np.int64, count=len(distinct))] = (
+            np.arange(len(distinct), dtype=np.int32))
+        numbers = np.concatenate(self.numbers) if self.numbers else np.zeros(0, dtype=np.int32)
+        data, offsets = sorted_strings_arrays(distinct)
+        return {
+            "values": data,
+            "value_offsets": offsets,
+            "value_ids": renumber[numbers] if order is None else renumber[numbers[order]],
+            "numbers": np.array([as_number(value) for value in distinct], dtype=np.float64),
+        }
+
+
 def build_value_index(values: Sequence[str]) -> dict[str, np.ndarray]:
-    folded = [fold(value) for value in values]
-    distinct = sorted(set(folded))
-    number_of = {value: position for position, value in enumerate(distinct)}
-    data, offsets = sorted_strings_arrays(distinct)
-    return {
-        "values": data,
-        "value_offsets": offsets,
-        "value_ids": np.fromiter(map(number_of.__getitem__, folded), dtype=np.int32, count=len(folded)),
-        "numbers": np.array([as_number(value) for value in distinct], dtype=np.float64),
-    }
+    builder = ValueIndexBuilder()
+    builder.add(values)
+    return builder.finish()
 
 
 # ---- the whole index ------------------------------------------------------------------------------
@@ -249,21 +306,48 @@ class TextIndex:
     values: Mapping[str, ValueIndex]
 
 
-def build_text_index(records: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
+class TextIndexBuilder:
+    """A library's text index, fed its records a chunk at a time in any row order, finished in another."""
+
+    def __init__(self) -> None:
+        self.words = {field: WordIndexBuilder() for field in INDEXED_FIELDS}
+        self.values = {field: ValueIndexBuilder() for field in INFO_FIELDS}
+
+    def add(self, records: Iterable[dict[str, Any]]) -> None:
+        iterator = iter(records)
+        while chunk := list(itertools.islice(iterator, TOKENIZE_CHUNK)):
+            for field in INDEXED_FIELDS:
+                texts = [field_value(record, field, "") for record in chunk]
+                self.words[field].add(texts)
+                if field in self.values:
+                    self.values[field].add(texts)
+
+    def finish(self, order: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The arrays by file name (without `.npy`); with `order` (stored row -> row fed), for rows as stored."""
+        stored_row = None
+        if order is not None:
+            stored_row = np.empty(len(order), dtype=np.int64)
+            stored_row[order] = np.arange(len(order))
+        arrays: dict[str, np.ndarray] = {}
+        for field in INDEXED_FIELDS:
+            for part, array in self.words.pop(field).finish(stored_row).items():
+                arrays[f"{PREFIX}{field}.{part}"] = array
+            if field in self.values:
+                for part, array in self.values.pop(field).finish(order).items():
+                    arrays[f"{PREFIX}{field}.{part}"] = array
+        return arrays
+
+
+def build_text_index(records: Iterable[dict[str, Any]]) -> dict[str, np.ndarray]:
     """The arrays of a library's text index, by file name (without `.npy`), from its records.
 
-    `records` are the parsed bits' `{"text", "info"}` maps, in row order. The result is what
-    `write_compiled` saves beside the other arrays and `open_text_index` reads back.
+    `records` are the parsed bits' `{"text", "info"}` maps, in row order, read once, a chunk at a
+    time. The result is what the store writer saves beside the other arrays and `open_text_index`
+    reads back.
     """
-    arrays: dict[str, np.ndarray] = {}
-    for field in INDEXED_FIELDS:
-        texts = [field_value(record, field, "") for record in records]
-        for part, array in build_word_index(texts).items():
-            arrays[f"{PREFIX}{field}.{part}"] = array
-        if field in INFO_FIELDS:
-            for part, array in build_value_index(texts).items():
-                arrays[f"{PREFIX}{field}.{part}"] = array
-    return arrays
+    builder = TextIndexBuilder()
+    builder.add(records)
+    return builder.finish()
 
 
 def save_text_index(arrays: Mapping[str, np.ndarray], folder: Path) -> None:

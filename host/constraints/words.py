@@ -16,6 +16,10 @@ import re
 import unicodedata
 
 WORD = re.compile(r"\w+")
+# On ASCII text `\w` is [A-Za-z0-9_], folding is lower(), and splitting at everything else is
+# 3-4x faster than the regular expression (it is most of compiling a text index).
+_ASCII_SEPARATORS = str.maketrans({chr(code): " " for code in range(128)
+                                   if not (chr(code).isalnum() or chr(code) == "_")})
 
 # Bit fields that constraints may name. `library` is the library's name (one value per library);
 # the others are the bit's `text` and its `info` fields.
@@ -31,6 +35,8 @@ def fold(text: str) -> str:
 
 def words(text: str) -> list[str]:
     """The words of `text`, folded, in order."""
+    if text.isascii():
+        return text.lower().translate(_ASCII_SEPARATORS).split()
     return WORD.findall(fold(text))
 
 

@@ -11,10 +11,12 @@ import binascii
 import hashlib
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
+import pybase64
 
 FORMAT_VERSION = 1
 MAX_TOKEN_COUNT = 2**31 - 1  # the compiled form holds token counts as int32
@@ -114,7 +116,7 @@ def decode_embedding(encoded: Any) -> np.ndarray:
     if not isinstance(encoded, str):
         raise ValueError(f"must be a base64 string, got {type(encoded).__name__}")
     try:
-        raw = base64.b64decode(encoded, validate=True)
+        raw = pybase64.b64decode(encoded, validate=True)
     except (binascii.Error, ValueError):
         raise ValueError("is not valid base64") from None
     if not raw or len(raw) % 4:
@@ -168,21 +170,219 @@ def upgrade_version_0(data: dict[str, Any]) -> dict[str, Any]:
     return upgraded
 
 
-class _Problems:
+class Problems:
     """Where the checks report: `parse_library` raises the first problem, `library_problems` keeps all.
 
     One set of checks serves both, so the first problem `library_problems` lists is always the very
-    message `parse_library` raises.
+    message `parse_library` raises. `limit` bounds what is kept of a file with millions of bad bits
+    (the count goes on).
     """
 
-    def __init__(self, *, collect: bool) -> None:
+    def __init__(self, *, collect: bool, limit: int | None = None) -> None:
         self.collect = collect
+        self.limit = limit
         self.found: list[str] = []
+        self.count = 0
 
     def report(self, message: str) -> None:
         if not self.collect:
             raise LibraryFormatError(message)
-        self.found.append(message)
+        self.count += 1
+        if self.limit is None or len(self.found) < self.limit:
+            self.found.append(message)
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+
+@dataclass
+class BitBlock:
+    """Whole bits in file order, the first copy of each kept: what a compiled store is made of."""
+
+    vectors: np.ndarray  # (bits, dimension) float32
+    token_counts: list[int]
+    ids: list[bytes]  # raw SHA-256 canonical ids
+    records: list[dict[str, Any]]  # {"text": ..., "info": {...}}
+    tags: list[str | None]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+class BitSink(Protocol):
+    def add(self, block: BitBlock) -> None: ...
+
+
+@dataclass
+class LibraryHeader:
+    """What a library file says besides its bits, and what reading its bits found."""
+
+    embedding_model: str
+    details: dict[str, Any]
+    sort: str
+    dimension: int | None  # None when no bit was whole
+    bits_read: int
+    duplicates_dropped: int
+
+
+BLOCK = 1024  # bits checked at a time: numeric checks run on the block, a problem re-checks it bit by bit
+
+
+class BitChecker:
+    """Checks bits in file order, block by block, and keeps the first copy of each (id, tag).
+
+    A block is first read on the fast path (exact types, one numeric check for all its vectors).
+    Any doubt sends the whole block through the bit-by-bit path, which names every problem; so
+    the fast path never changes a result, it only skips work on blocks with nothing to say.
+    """
+
+    def __init__(self, model: str, folder_tag: str | None, problems: Problems) -> None:
+        self.model = model
+        self.folder_tag = folder_tag
+        self.problems = problems
+        self.dimension: int | None = KNOWN_DIMENSIONS.get(model)
+        self.read = 0
+        self.dropped = 0
+        self._seen: set[bytes] = set()  # id, or id + tag: 32-byte keys cost a third of hex strings
+
+    def check(self, bits: list[Any]) -> BitBlock:
+        """The whole, new bits of the next `bits` of the file (reporting the others' problems)."""
+        first = self.read
+        self.read += len(bits)
+        fast = self._fast(bits)
+        if fast is not None:
+            return self._keep(fast)
+        return self._keep([self._one(bit, f"bits[{first + offset}]") for offset, bit in enumerate(bits)])
+
+    def _fast(self, bits: list[Any]) -> list[_Bit] | None:
+        checked: list[_Bit] = []
+        vectors: list[bytes] = []
+        folder_tag = self.folder_tag
+        for bit in bits:
+            if type(bit) is not dict or not bit.keys() <= BIT_KEYS:
+                return None
+            text, token_count, info, encoded = bit.get("text"), bit.get("token_count"), bit.get("info"), bit.get("embedding")
+            if (type(text) is not str or type(token_count) is not int or not 0 <= token_count <= MAX_TOKEN_COUNT
+                    or type(info) is not dict or type(encoded) is not str):
+                return None
+            url = info.get("url")
+            if type(url) is not str or not url.strip():
+                return None
+            if any(value is not None and type(value) is not str for value in info.values()):
+                return None
+            tag = folder_tag if folder_tag is not None else bit.get("access_tag")
+            if tag is not None and (type(tag) is not str or not tag):
+                return None
+            try:
+                raw = pybase64.b64decode(encoded, validate=True)
+                bit_id = canonical_digest(url, text)
+            except (binascii.Error, ValueError):  # bad base64, or text that is not UTF-8 (a lone surrogate)
+                return None
+            vectors.append(raw)
+            if None in info.values():
+                info = {key: value for key, value in info.items() if value is not None}
+            checked.append(_Bit(None, token_count, bit_id, {"text": text, "info": info}, tag))
+        dimension = self.dimension or (len(vectors[0]) // 4 if vectors else 0)
+        if not dimension or any(len(raw) != 4 * dimension for raw in vectors):
+            return None
+        matrix = np.frombuffer(b"".join(vectors), dtype="<f4").reshape(len(vectors), dimension)
+        # max(|x|) <= limit is False for NaN, and infinities exceed the limit: one pass checks both.
+        if len(matrix) and not float(np.abs(matrix).max()) <= MAX_EMBEDDING_MAGNITUDE:
+            return None
+        self.dimension = dimension
+        return [bit._replace(vector=matrix[row]) for row, bit in enumerate(checked)]
+
+    def _one(self, bit: Any, where: str) -> _Bit | None:
+        """One bit checked field by field, every problem reported; None unless it is whole."""
+        problems = self.problems
+        if not isinstance(bit, dict):
+            problems.report(f"{where}: must be an object, got {type(bit).__name__}")
+            return None
+        whole = True  # no problem found in this bit yet; only whole bits are kept
+        for unknown in sorted(set(bit) - BIT_KEYS):
+            problems.report(f"{where}: unknown key {unknown!r}")
+            whole = False
+        text = bit.get("text")
+        if not isinstance(text, str):
+            problems.report(f"{where}.text: must be a string, got {text!r:.40}")
+            whole = False
+        token_count = bit.get("token_count")
+        if not isinstance(token_count, int) or isinstance(token_count, bool) or not 0 <= token_count <= MAX_TOKEN_COUNT:
+            problems.report(
+                f"{where}.token_count: must be an integer from 0 to {MAX_TOKEN_COUNT}, got {token_count!r:.40}")
+            whole = False
+        info = _parse_info(bit.get("info"), where, problems)
+        vector = _parse_embedding(bit.get("embedding"), where, self.model, self.dimension, problems)
+        if vector is not None and self.dimension is None:
+            self.dimension = len(vector)
+        tag = self.folder_tag if self.folder_tag is not None else bit.get("access_tag")
+        if tag is not None and (not isinstance(tag, str) or not tag):
+            problems.report(f"{where}.access_tag: must be a non-empty string, got {tag!r}")
+            whole = False
+        if not whole or info is None or vector is None:
+            return None
+        assert isinstance(text, str) and isinstance(token_count, int)  # checked above; tells the type checker
+        return _Bit(vector, int(token_count), canonical_digest(info["url"], text), {"text": text, "info": info}, tag)
+
+    def _keep(self, bits: Sequence[_Bit | None]) -> BitBlock:
+        # One copy per tag: which copy a caller gets is decided per caller (ModelIndex), so a
+        # private copy listed first never hides a public one.
+        kept = []
+        seen = self._seen
+        for bit in bits:
+            if bit is None:
+                continue
+            key = bit.id if bit.tag is None else bit.id + bit.tag.encode()
+            if key in seen:
+                self.dropped += 1
+                continue
+            seen.add(key)
+            kept.append(bit)
+        dimension = self.dimension or 0
+        vectors = np.empty((len(kept), dimension), dtype="<f4")
+        for row, bit in enumerate(kept):
+            vectors[row] = bit.vector
+        return BitBlock(vectors, [bit.token_count for bit in kept], [bit.id for bit in kept],
+                        [bit.record for bit in kept], [bit.tag for bit in kept])
+
+
+class _Bit(NamedTuple):
+    vector: np.ndarray | None
+    token_count: int
+    id: bytes
+    record: dict[str, Any]
+    tag: str | None
+
+
+class _Collector:
+    """A BitSink that keeps every block, for a ParsedLibrary."""
+
+    def __init__(self) -> None:
+        self.blocks: list[BitBlock] = []
+
+    def add(self, block: BitBlock) -> None:
+        self.blocks.append(block)
+
+    def library(self, header: LibraryHeader) -> ParsedLibrary:
+        blocks = [block for block in self.blocks if len(block)]
+        embeddings = (np.concatenate([block.vectors for block in blocks]) if blocks
+                      else np.empty((0, header.dimension or 0), dtype="<f4"))
+        return ParsedLibrary(
+            embedding_model=header.embedding_model,
+            embeddings=embeddings,
+            token_counts=np.array([count for block in blocks for count in block.token_counts], dtype=np.int64),
+            ids=[bit_id.hex() for block in blocks for bit_id in block.ids],
+            records=[record for block in blocks for record in block.records],
+            access_tags=[tag for block in blocks for tag in block.tags],
+            details=header.details,
+            sort=header.sort,
+            duplicates_dropped=header.duplicates_dropped,
+        )
+
+
+def canonical_digest(url: str, text: str) -> bytes:
+    """`canonical_id` as its 32 raw bytes."""
+    return hashlib.sha256(f"{url.strip()}\n{text.strip()}".encode()).digest()
 
 
 def parse_library(data: Any, *, access_tag: str | None = None, consume: bool = False) -> ParsedLibrary:
@@ -193,9 +393,10 @@ def parse_library(data: Any, *, access_tag: str | None = None, consume: bool = F
     the matrix fills: for a large file that is the difference between two copies and one.
     Raises LibraryFormatError naming the first problem found.
     """
-    library = _check_library(data, access_tag, consume, _Problems(collect=False))
-    assert library is not None  # without `collect`, every problem has raised
-    return library
+    collector = _Collector()
+    header = check_bits_into(data, collector, access_tag=access_tag, consume=consume, problems=Problems(collect=False))
+    assert header is not None  # without `collect`, every problem has raised
+    return collector.library(header)
 
 
 def library_problems(data: Any, *, access_tag: str | None = None, consume: bool = False) -> list[str]:
@@ -212,12 +413,37 @@ def check_library(
     data: Any, *, access_tag: str | None = None, consume: bool = False
 ) -> tuple[ParsedLibrary | None, list[str]]:
     """`(the parsed library, [])` for a valid file, else `(None, every problem)` as `library_problems` lists them."""
-    problems = _Problems(collect=True)
-    library = _check_library(data, access_tag, consume, problems)
-    return library, problems.found
+    problems = Problems(collect=True)
+    collector = _Collector()
+    header = check_bits_into(data, collector, access_tag=access_tag, consume=consume, problems=problems)
+    return (None if header is None or problems else collector.library(header)), problems.found
 
 
-def _check_library(data: Any, access_tag: str | None, consume: bool, problems: _Problems) -> ParsedLibrary | None:
+def check_bits_into(data: Any, sink: BitSink, *, access_tag: str | None, consume: bool,
+                    problems: Problems) -> LibraryHeader | None:
+    """Check a decoded library file, handing its whole bits to `sink` block by block (nothing more
+    once a problem is found); None when nothing below the top level could be checked."""
+    checked = check_top_level(data, problems)
+    if checked is None:
+        return None
+    data, model, sort, details = checked
+    bits = data.get("bits")
+    if not isinstance(bits, list):
+        problems.report("bits: must be a list")
+        return None
+    checker = BitChecker(model, access_tag, problems)
+    for start in range(0, len(bits), BLOCK):
+        block = checker.check(bits[start : start + BLOCK])
+        if consume:
+            bits[start : start + BLOCK] = [None] * len(bits[start : start + BLOCK])
+        if not problems:
+            sink.add(block)
+    return LibraryHeader(model, details, sort, checker.dimension, checker.read, checker.dropped)
+
+
+def check_top_level(data: Any, problems: Problems) -> tuple[dict[str, Any], str, str, dict[str, Any]] | None:
+    """Every check above the bits: (the data, version 0 upgraded; model; sort; details), or None
+    when the data cannot hold bits at all. `bits` itself is left to the caller."""
     if not isinstance(data, dict):
         problems.report(f"a library must be a JSON object, got {type(data).__name__}")
         return None
@@ -231,7 +457,6 @@ def _check_library(data: Any, access_tag: str | None, consume: bool, problems: _
         except LibraryFormatError as problem:
             problems.report(str(problem))
             return None
-
     model = data.get("embedding_model")
     if not isinstance(model, str) or not model.strip():
         problems.report(f"embedding_model: must be a non-empty string, got {model!r}")
@@ -250,91 +475,11 @@ def _check_library(data: Any, access_tag: str | None, consume: bool, problems: _
     missing = [key for key in ("text", "embedding", "token_count", "info") if key in omit]
     if missing:
         problems.report(f"omit: a hosted library needs every bit whole, but this file omits {', '.join(missing)}")
-    bits = data.get("bits")
-    if not isinstance(bits, list):
-        problems.report("bits: must be a list")
-        return None
-    library = _parse_bits(bits, model, access_tag, details, sort, consume, problems)
-    return None if problems.found else library
-
-
-def _parse_bits(
-    bits: list[Any],
-    model: str,
-    folder_tag: str | None,
-    details: dict[str, Any],
-    sort: str,
-    consume: bool,
-    problems: _Problems,
-) -> ParsedLibrary:
-    expected_dimension = KNOWN_DIMENSIONS.get(model)
-    matrix: np.ndarray | None = None  # allocated at the first bit, once the dimension is known
-    token_counts: list[int] = []
-    ids: list[str] = []
-    records: list[dict[str, Any]] = []
-    tags: list[str | None] = []
-    seen: set[tuple[str, str | None]] = set()
-    for index, bit in enumerate(bits):
-        if consume:
-            bits[index] = None
-        where = f"bits[{index}]"
-        if not isinstance(bit, dict):
-            problems.report(f"{where}: must be an object, got {type(bit).__name__}")
-            continue
-        whole = True  # no problem found in this bit yet; only whole bits are kept
-        for unknown in sorted(set(bit) - BIT_KEYS):
-            problems.report(f"{where}: unknown key {unknown!r}")
-            whole = False
-        text = bit.get("text")
-        if not isinstance(text, str):
-            problems.report(f"{where}.text: must be a string, got {text!r:.40}")
-            whole = False
-        token_count = bit.get("token_count")
-        if not isinstance(token_count, int) or isinstance(token_count, bool) or not 0 <= token_count <= MAX_TOKEN_COUNT:
-            problems.report(
-                f"{where}.token_count: must be an integer from 0 to {MAX_TOKEN_COUNT}, got {token_count!r:.40}")
-            whole = False
-        info = _parse_info(bit.get("info"), where, problems)
-        vector = _parse_embedding(bit.get("embedding"), where, model, expected_dimension, problems)
-        if vector is not None and expected_dimension is None:
-            expected_dimension = len(vector)
-        tag = folder_tag if folder_tag is not None else bit.get("access_tag")
-        if tag is not None and (not isinstance(tag, str) or not tag):
-            problems.report(f"{where}.access_tag: must be a non-empty string, got {tag!r}")
-            whole = False
-        if not whole or info is None or vector is None:
-            continue
-        assert isinstance(text, str) and isinstance(token_count, int)  # checked above; tells the type checker
-        if matrix is None:
-            matrix = np.empty((len(bits), len(vector)), dtype="<f4")
-        bit_id = canonical_id(info["url"], text)
-        # One copy per tag: which copy a caller gets is decided per caller (ModelIndex), so a
-        # private copy listed first never hides a public one.
-        if (bit_id, tag) in seen:
-            continue
-        seen.add((bit_id, tag))
-        matrix[len(ids)] = vector
-        token_counts.append(token_count)
-        ids.append(bit_id)
-        records.append({"text": text, "info": info})
-        tags.append(tag)
-    if matrix is None:
-        matrix = np.empty((0, expected_dimension or 0), dtype="<f4")
-    return ParsedLibrary(
-        embedding_model=model,
-        embeddings=matrix[: len(ids)],
-        token_counts=np.asarray(token_counts, dtype=np.int64),
-        ids=ids,
-        records=records,
-        access_tags=tags,
-        details=details,
-        sort=sort,
-        duplicates_dropped=len(bits) - len(ids),
-    )
+    return data, model, sort, details
 
 
 def _parse_embedding(
-    encoded: Any, where: str, model: str, expected_dimension: int | None, problems: _Problems
+    encoded: Any, where: str, model: str, expected_dimension: int | None, problems: Problems
 ) -> np.ndarray | None:
     """The bit's vector, or None after reporting why it is not one of `expected_dimension` finite floats."""
     try:
@@ -356,7 +501,7 @@ def _parse_embedding(
     return vector
 
 
-def _parse_info(info: Any, where: str, problems: _Problems) -> dict[str, str] | None:
+def _parse_info(info: Any, where: str, problems: Problems) -> dict[str, str] | None:
     """`url` is required; other keys (image_url, title, description, ...) are optional strings."""
     if not isinstance(info, dict):
         problems.report(f"{where}.info: must be an object with a url, got {info!r:.40}")

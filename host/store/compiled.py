@@ -7,6 +7,7 @@ A library file is parsed once and written to its own folder in the cache:
     token_counts.npy    (bits,) int32
     tag_ids.npy         (bits,) uint16, an index into meta["tags"] (0 means public)
     ids.npy             (bits,) S32, raw SHA-256 canonical ids
+    id_heads.npy        (bits,) uint64, the first 8 bytes of each id, sorted (shared bits across libraries)
     sign_codes.npy      (words, bits) uint64, the signs of each embedding, for approximate search
     records.bin         one msgpack map per bit ({"text", "info"}), back to back
     record_offsets.npy  (bits + 1,) int64, where each record starts and ends
@@ -22,9 +23,16 @@ above holds its rows sorted by cluster (rows of a cluster in file order), and th
     source_rows.npy     (bits,) int64, the row in the library file of each stored row
     centroids.npy       (clusters, dimension) float32, unit length
     cluster_offsets.npy (clusters + 1,) int64, cluster c is stored at rows [offsets[c], offsets[c + 1])
+    codes.npy           (bits, dimension) uint8: each value as one of 256 levels of its dimension, a
+    code_scale.npy      quarter of the floats, what approximate search scans (host/store/codes.py);
+                        (2, dimension) float32: each dimension's lowest level and the step between levels
 
 Rows are only ever addressed by stored row; `source_rows` breaks ties (file order, as without a
-layout) and gives the file order back when a library is published.
+layout) and gives the file order back when a library is published. Every array is opened as a
+memory map: opening a library reads nothing but meta.json, and every worker shares the pages.
+
+Compiling streams the library file (host/store/writer.py): memory stays far below the size of the
+vectors whatever the size of the file.
 
 The folder is built under a temporary name and renamed into place, so a reader never sees a
 half-written one; a folder whose files disagree with meta.json is rebuilt, not trusted.
@@ -49,15 +57,17 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from host.constraints.text_index import TextIndex, build_text_index, open_text_index, save_text_index
-from host.library.format import LibraryFormatError, ParsedLibrary, parse_json, parse_library
-from host.library.visibility import PUBLIC, allowed_tag_ids
-from host.store.clusters import CLUSTER_FROM, plan_layout
-from host.store.sign_codes import sign_codes, words_for
+from host.constraints.text_index import TextIndex, open_text_index
+from host.library.format import BLOCK, BitBlock, LibraryFormatError, LibraryHeader, ParsedLibrary
+from host.library.stream import read_whole, stream_library
+from host.library.visibility import allowed_tag_ids
+from host.store.clusters import CLUSTER_FROM
+from host.store.progress import CompileProgress
+from host.store.sign_codes import words_for
+from host.store.writer import STORE_FORMAT as STORE_FORMAT  # re-exported: what callers compare folders with
+from host.store.writer import StoreWriter, write_synced
 
-STORE_FORMAT = 6  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json; 6: the clustered layout
-ROW_BLOCK = 1 << 14  # rows copied at a time when writing a permuted matrix (no second full copy)
-DEFAULT_MAX_SOURCE_BYTES = 8 << 30
+DEFAULT_MAX_SOURCE_BYTES = 256 << 30  # a policy, not a memory limit: files are streamed
 log = logging.getLogger("polymath_host.store")
 
 
@@ -96,6 +106,9 @@ class CompiledLibrary:
     source_rows: np.ndarray | None = None  # stored row -> its row in the file; None: stored in file order
     centroids: np.ndarray | None = None  # (clusters, dimension) float32 of a clustered library
     cluster_offsets: np.ndarray | None = None  # (clusters + 1,) int64: where each cluster's rows start
+    codes: np.ndarray | None = None  # (bits, dimension) uint8 of a clustered library (host/store/codes.py)
+    code_scale: np.ndarray | None = None  # (2, dimension) float32: lowest level, step
+    id_heads: np.ndarray | None = None  # (bits,) uint64: the first 8 bytes of each id, sorted
 
     @property
     def bit_count(self) -> int:
@@ -138,20 +151,8 @@ class StoreError(Exception):
 
 
 def read_library_file(path: Path, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES) -> Any:
-    size = path.stat().st_size
-    if size > max_bytes:
-        raise LibraryFormatError(
-            f"file is {size:,} bytes, over the {max_bytes:,}-byte limit (raise --max-library-bytes)"
-        )
-    try:
-        # Decoded text, not bytes: json.loads(bytes) would hold the bytes, their decoded copy and
-        # the objects at once. The text is freed as soon as the objects exist.
-        with path.open(encoding="utf-8-sig") as handle:
-            return parse_json(handle.read())
-    except UnicodeDecodeError:
-        raise LibraryFormatError("not valid JSON: not UTF-8 text") from None
-    except ValueError as problem:
-        raise LibraryFormatError(str(problem)) from None
+    """A whole library file decoded at once (small files and tests; compiling streams instead)."""
+    return read_whole(path, max_bytes)
 
 
 def file_sha256(path: Path) -> str:
@@ -164,102 +165,66 @@ def file_sha256(path: Path) -> str:
 
 def write_compiled(library: ParsedLibrary, folder: Path, source_key: SourceKey, name: str, *,
                    cluster_from: int = CLUSTER_FROM) -> None:
-    """Write `library` to `folder` atomically: build beside it, then rename into place.
+    """Write a library held in memory to `folder` atomically (as compiling its file would).
 
     From `cluster_from` bits the rows are stored in a clustered layout (host/store/clusters.py).
     """
+    with _building(folder) as building:
+        writer = StoreWriter(building)
+        try:
+            for start in range(0, len(library.ids), BLOCK):
+                stop = start + BLOCK
+                writer.add(BitBlock(library.embeddings[start:stop], library.token_counts[start:stop].tolist(),
+                                    [bytes.fromhex(bit_id) for bit_id in library.ids[start:stop]],
+                                    library.records[start:stop], library.access_tags[start:stop]))
+            header = LibraryHeader(library.embedding_model, library.details, library.sort, library.dimension,
+                                   len(library.ids) + library.duplicates_dropped, library.duplicates_dropped)
+            writer.finish(header, source_key.__dict__, name, cluster_from=cluster_from)
+        finally:
+            writer.close()
+        _replace_folder(building, folder)
+
+
+def compile_library(source: Path, folder: Path, *, name: str, access_tag: str | None = None,
+                    cluster_from: int = CLUSTER_FROM, progress: CompileProgress | None = None) -> SourceKey:
+    """Compile the library file `source` into `folder`, streaming it (host/library/stream.py).
+
+    The folder is built beside `folder` and renamed into place only when whole, so a file that
+    turns out bad (or cut short) leaves the previous compiled version as it was. Returns the
+    source key (its SHA-256 taken on the same read). Raises LibraryFormatError (with no file
+    name: the caller adds it) or OSError.
+    """
+    stat = source.stat()
+    with _building(folder) as building:
+        writer = StoreWriter(building)
+        try:
+            streamed = stream_library(source, writer, access_tag=access_tag, problem_limit=1,
+                                      progress=progress.read if progress else None)
+        finally:
+            writer.close()
+        if streamed.problems:
+            raise LibraryFormatError(streamed.problems[0])
+        assert streamed.header is not None  # no problem: the top level was checked
+        if not SourceKey(stat.st_size, stat.st_mtime_ns, "").matches_stat(source.stat()):
+            # Rewritten while we read it: the hash may not be of the bytes parsed, and one version's
+            # content must never be filed under another's hash. The next look reads it again.
+            raise OSError("the file changed while it was being read")
+        key = SourceKey(size=stat.st_size, mtime_ns=stat.st_mtime_ns, sha256=streamed.sha256)
+        writer.finish(streamed.header, key.__dict__, name, cluster_from=cluster_from,
+                      step=progress.step if progress else None)
+        _replace_folder(building, folder)
+    return key
+
+
+@contextmanager
+def _building(folder: Path) -> Iterator[Path]:
+    """A temporary folder beside `folder`, removed afterwards whatever happens."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
-        tags = (PUBLIC, *sorted({tag for tag in library.access_tags if tag}))
-        tag_index = {tag: index for index, tag in enumerate(tags)}
-        tag_ids = np.array([tag_index[tag or PUBLIC] for tag in library.access_tags], np.uint16)
-        packed = [msgpack.packb(record) for record in library.records]
-        layout = plan_layout(library.embeddings, tag_ids == 0) if len(packed) >= max(cluster_from, 1) else None
-        order = None if layout is None else layout.order
-        stored_packed = packed if order is None else [packed[row] for row in order.tolist()]
-        offsets = np.zeros(len(packed) + 1, dtype=np.int64)
-        np.cumsum([len(item) for item in stored_packed], out=offsets[1:])
-
-        def arranged(array: np.ndarray) -> np.ndarray:
-            return array if order is None else array[order]
-
-        arrays = {
-            "token_counts": arranged(library.token_counts.astype(np.int32)),
-            "tag_ids": arranged(tag_ids),
-            "ids": arranged(np.array([bytes.fromhex(bit_id) for bit_id in library.ids], dtype="S32")),
-            "record_offsets": offsets,
-            "sign_codes": sign_codes(library.embeddings, order),
-        }
-        if layout is not None:
-            arrays.update(source_rows=layout.order, centroids=layout.centroids, cluster_offsets=layout.offsets)
-        _write_synced(building / "embeddings.npy", lambda handle: _save_rows(handle, library.embeddings, order))
-        for array_name, array in arrays.items():
-            _write_synced(building / f"{array_name}.npy", lambda handle, a=array: np.save(handle, a))
-        _write_synced(building / "records.bin", lambda handle: handle.writelines(stored_packed))
-        save_text_index(build_text_index(library.records if order is None else
-                                         [library.records[row] for row in order.tolist()]), building)
-        meta = {
-            "store_format": STORE_FORMAT,
-            "name": name,
-            "source": source_key.__dict__,
-            "embedding_model": library.embedding_model,
-            "bits": len(library.ids),
-            "dimension": library.dimension,
-            "tags": list(tags),
-            "details": library.details,
-            "records_bytes": int(offsets[-1]),
-            "max_norm": largest_norm(library.embeddings),
-            "public_digest": public_digest(library, packed),
-            "clusters": 0 if layout is None else layout.clusters,
-        }
-        _write_synced(building / "meta.json", lambda handle: handle.write(json.dumps(meta).encode()))
-        _replace_folder(building, folder)
+        yield building
     finally:
         shutil.rmtree(building, ignore_errors=True)
-
-
-def _save_rows(handle: Any, embeddings: np.ndarray, order: np.ndarray | None) -> None:
-    """`np.save` of `embeddings[order]`, written block by block: never a second full copy."""
-    if order is None:
-        np.save(handle, np.asarray(embeddings, dtype="<f4"))
-        return
-    header = {"descr": "<f4", "fortran_order": False, "shape": tuple(embeddings.shape)}
-    np.lib.format.write_array_header_1_0(handle, header)
-    for start in range(0, len(order), ROW_BLOCK):
-        handle.write(np.ascontiguousarray(embeddings[order[start : start + ROW_BLOCK]], dtype="<f4").tobytes())
-
-
-def public_digest(library: ParsedLibrary, packed_records: list[bytes]) -> str:
-    """A digest of everything an anonymous caller may see: the public bits, whole, and the message.
-
-    Computed at compile time so that telling whether a reload changed the public view costs
-    nothing; private bits never enter it, so their changes never show.
-    """
-    digest = hashlib.sha256()
-    message = library.details.get("message")
-    digest.update(message.encode() if isinstance(message, str) else b"\0")
-    for row, tag in enumerate(library.access_tags):
-        if not tag:
-            digest.update(bytes.fromhex(library.ids[row]) + library.token_counts[row].tobytes())
-            digest.update(library.embeddings[row].tobytes() + packed_records[row])
-    return digest.hexdigest()
-
-
-def largest_norm(embeddings: np.ndarray, block: int = 1 << 14) -> float:
-    """The largest row norm, computed in float64 block by block (no full-size temporary)."""
-    largest = 0.0
-    for start in range(0, len(embeddings), block):
-        rows = embeddings[start : start + block].astype(np.float64)
-        largest = max(largest, float(np.sqrt(np.einsum("ij,ij->i", rows, rows).max())))
-    return largest
-
-
-def _write_synced(path: Path, write: Any) -> None:
-    with path.open("wb") as handle:
-        write(handle)
-        handle.flush()
-        os.fsync(handle.fileno())
 
 
 def _replace_folder(new: Path, target: Path) -> None:
@@ -281,15 +246,15 @@ def open_compiled(folder: Path, source: Path) -> CompiledLibrary:
             raise StoreError(f"{folder}: store format {meta.get('store_format')!r} is not {STORE_FORMAT}")
         bits, dimension = meta["bits"], meta["dimension"]
 
-        def array(name: str, dtype: str, shape: tuple[int, ...], mmap: bool = True) -> np.ndarray:
-            loaded: np.ndarray = np.load(folder / f"{name}.npy", mmap_mode="r" if mmap else None, allow_pickle=False)
+        def array(name: str, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+            loaded: np.ndarray = np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False)
             if loaded.dtype != np.dtype(dtype) or loaded.shape != shape:
                 raise StoreError(f"{folder}/{name}.npy: expected {dtype} {shape}, found {loaded.dtype} {loaded.shape}")
-            return loaded
+            # np.asarray drops the memmap subclass (whose operators are slower) but keeps the mapping.
+            return np.asarray(loaded)
 
-        # np.asarray drops the memmap subclass (whose operators are slower) but keeps the mapping.
-        embeddings = np.asarray(array("embeddings", "<f4", (bits, dimension)))
-        offsets = array("record_offsets", "<i8", (bits + 1,), mmap=False)
+        embeddings = array("embeddings", "<f4", (bits, dimension))
+        offsets = array("record_offsets", "<i8", (bits + 1,))
         records_path = folder / "records.bin"
         if records_path.stat().st_size != meta["records_bytes"] or offsets[-1] != meta["records_bytes"]:
             raise StoreError(f"{records_path}: size does not match meta.json")
@@ -298,26 +263,29 @@ def open_compiled(folder: Path, source: Path) -> CompiledLibrary:
             if meta["records_bytes"]
             else np.zeros(0, dtype=np.uint8)
         )
-        tag_ids = array("tag_ids", "<u2", (bits,), mmap=False)
+        tag_ids = array("tag_ids", "<u2", (bits,))
         if bits and int(tag_ids.max()) >= len(meta["tags"]):
             raise StoreError(f"{folder}/tag_ids.npy: tag id out of range")
         clusters = int(meta["clusters"])
-        source_rows = centroids = cluster_offsets = None
+        source_rows = centroids = cluster_offsets = codes = code_scale = None
         if clusters:
-            source_rows = array("source_rows", "<i8", (bits,), mmap=False)
-            centroids = array("centroids", "<f4", (clusters, dimension), mmap=False)
-            cluster_offsets = array("cluster_offsets", "<i8", (clusters + 1,), mmap=False)
+            source_rows = array("source_rows", "<i8", (bits,))
+            centroids = np.array(array("centroids", "<f4", (clusters, dimension)))  # read by every query
+            cluster_offsets = np.array(array("cluster_offsets", "<i8", (clusters + 1,)))
             _check_layout(folder, source_rows, cluster_offsets, bits)
+            codes = array("codes", "|u1", (bits, dimension))
+            code_scale = np.array(array("code_scale", "<f4", (2, dimension)))
         return CompiledLibrary(
             name=meta["name"],
             source=source,
             embedding_model=meta["embedding_model"],
             embeddings=embeddings,
-            token_counts=array("token_counts", "<i4", (bits,), mmap=False),
+            token_counts=array("token_counts", "<i4", (bits,)),
             tag_ids=tag_ids,
             tags=tuple(meta["tags"]),
-            ids=array("ids", "|S32", (bits,), mmap=False),
-            sign_codes=np.asarray(array("sign_codes", "<u8", (words_for(dimension), bits))),
+            ids=array("ids", "|S32", (bits,)),
+            id_heads=array("id_heads", "<u8", (bits,)) if (folder / "id_heads.npy").exists() else None,
+            sign_codes=array("sign_codes", "<u8", (words_for(dimension), bits)),
             records=records,
             record_offsets=offsets,
             details=meta["details"],
@@ -328,6 +296,8 @@ def open_compiled(folder: Path, source: Path) -> CompiledLibrary:
             source_rows=source_rows,
             centroids=centroids,
             cluster_offsets=cluster_offsets,
+            codes=codes,
+            code_scale=code_scale,
         )
     except StoreError:
         raise
@@ -363,11 +333,12 @@ def load_library(
     name: str,
     access_tag: str | None = None,
     max_bytes: int = DEFAULT_MAX_SOURCE_BYTES,
+    progress: CompileProgress | None = None,
 ) -> tuple[CompiledLibrary, bool]:
     """The compiled library for `source`, compiling it first if needed.
 
     Returns (library, compiled_now). An unchanged source (same size and mtime) is opened
-    without reading it; a touched but identical one (same SHA-256) is not recompiled either.
+    without reading it; a touched but identical one (same size and SHA-256) is not recompiled.
     Raises LibraryFormatError (with no file name: the caller adds it) or OSError.
     """
     with _locked(folder):
@@ -375,17 +346,16 @@ def load_library(
         existing = _try_open(folder, source)
         if existing is not None and existing.source_key.matches_stat(stat):
             return existing, False
-        sha256 = file_sha256(source)
-        key = SourceKey(size=stat.st_size, mtime_ns=stat.st_mtime_ns, sha256=sha256)
-        if existing is not None and existing.source_key.sha256 == sha256:
-            _rewrite_source_key(folder, key)
-            return open_compiled(folder, source), False
-        parsed = parse_library(read_library_file(source, max_bytes), access_tag=access_tag, consume=True)
-        if not key.matches_stat(source.stat()):
-            # Rewritten while we read it: the hash may not be of the bytes parsed, and one version's
-            # content must never be filed under another's hash. The next look reads it again.
-            raise OSError("the file changed while it was being read")
-        write_compiled(parsed, folder, key, name)
+        if stat.st_size > max_bytes:
+            raise LibraryFormatError(
+                f"file is {stat.st_size:,} bytes, over the {max_bytes:,}-byte limit (raise --max-library-bytes)")
+        if existing is not None and existing.source_key.size == stat.st_size:
+            # Same size: perhaps only touched. One read to hash it is cheaper than a compile.
+            sha256 = file_sha256(source)
+            if existing.source_key.sha256 == sha256:
+                _rewrite_source_key(folder, SourceKey(size=stat.st_size, mtime_ns=stat.st_mtime_ns, sha256=sha256))
+                return open_compiled(folder, source), False
+        compile_library(source, folder, name=name, access_tag=access_tag, progress=progress)
         return open_compiled(folder, source), True
 
 
@@ -403,7 +373,7 @@ def _rewrite_source_key(folder: Path, key: SourceKey) -> None:
     meta = json.loads((folder / "meta.json").read_text())
     meta["source"] = key.__dict__
     temporary = folder / "meta.json.tmp"
-    _write_synced(temporary, lambda handle: handle.write(json.dumps(meta).encode()))
+    write_synced(temporary, lambda handle: handle.write(json.dumps(meta).encode()))
     os.replace(temporary, folder / "meta.json")
 
 

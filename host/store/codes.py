@@ -1,0 +1,59 @@
+"""8-bit codes of a clustered library's vectors: what approximate search scans, a quarter of the floats.
+
+Each value x of dimension i is stored as the nearest of 256 evenly spaced levels, x' = low_i +
+step_i * c (c = 0..255), `low` and `step` from the library's smallest and largest value of that
+dimension (every row, so nothing is clipped): |x - x'| <= step_i / 2. A query q scores a row of
+codes as q·low + (q * step)·c: the codes cast to float32 a block at a time (the block stays in
+cache) and one dot product per row. That costs the CPU of a float32 scan and reads a quarter of
+the bytes: 10M x 384 dimensions are 3.8 GB of codes against 15.4 GB of floats, so the codes stay
+in memory where the floats could not (docs/performance.md, "Ten million bits").
+
+How far a code score can be from the exact one: sum_i q_i (x_i - x'_i), each term within
+±|q_i| step_i / 2. The errors of the dimensions are independent and uniform, so the typical error
+is sqrt(sum_i (q_i step_i)^2 / 12) (`typical_error`); candidates within a few typical errors of
+the k-th best code score are re-scored exactly from the floats (host/search/cluster_scan.py), so
+every similarity returned is exact, and the order is exact among the rows scanned.
+
+Invariant: the codes of a row depend only on its vector and the library's scale; a row's code
+score only on the query and that row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+LEVELS = 255  # steps between the lowest and the highest level
+BLOCK = 2048  # code rows cast at a time: 3 MB of float32 at 384 dimensions, in cache
+
+
+def code_scale(low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """(2, dimension) float32: each dimension's lowest level and the step between levels."""
+    step = ((high.astype(np.float64) - low) / LEVELS).astype(np.float32)
+    step[step <= 0] = 1.0  # a dimension that never varies: every code is 0
+    return np.stack([low.astype(np.float32), step])
+
+
+def encode(rows: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """(rows, dimension) float32 -> uint8 codes: the nearest level of each value."""
+    levels = np.rint((rows - scale[0]) / scale[1])
+    codes: np.ndarray = np.clip(levels, 0, LEVELS).astype(np.uint8)
+    return codes
+
+
+class CodedQuery:
+    """A query as the codes of one library see it: a constant and per-dimension weights."""
+
+    def __init__(self, query: np.ndarray, scale: np.ndarray) -> None:
+        query64 = query.astype(np.float64)
+        self.base = np.float32(query64 @ scale[0].astype(np.float64))
+        self.weights = (query64 * scale[1]).astype(np.float32)
+        self.typical_error = float(np.sqrt(np.sum((query64 * scale[1]) ** 2) / 12))
+
+    def scores(self, codes: np.ndarray, out: np.ndarray, block: np.ndarray) -> None:
+        """`out[i]` = the code score of row i of `codes`; `block` is (BLOCK, dimension) float32 scratch."""
+        for start in range(0, len(codes), BLOCK):
+            rows = codes[start : start + BLOCK]
+            floats = block[: len(rows)]
+            np.copyto(floats, rows, casting="unsafe")
+            np.vecdot(floats, self.weights, out=out[start : start + len(rows)])
+        out += self.base

@@ -1,0 +1,342 @@
+"""Writing a compiled library folder from bits that arrive block by block, in bounded memory.
+
+`StoreWriter` is the one way a compiled folder is made (host/store/compiled.py documents its
+files): a library file streamed from disk (host/library/stream.py) and a library already in memory
+(`write_compiled`) both feed it `BitBlock`s, so the two give byte-identical folders.
+
+Memory stays at a few dozen bytes per bit plus the text index, whatever the vectors weigh:
+
+1. While the bits arrive, each block's vectors are appended to `embeddings.npy` (a header of fixed
+   size is fixed up at the end) and its packed records to `records.bin`, in file order; per-bit
+   scalars (id, token count, tag, record length) and sign codes are kept in small arrays, the
+   public digest and the largest norm are updated as they go.
+2. At the end, a library of `cluster_from` bits or more gets its layout (host/store/clusters.py: k-means
+   on a sample of the rows, every row assigned block by block), and the two big files are written
+   again in the layout's order from their file-order copies, which are then deleted; the vectors'
+   8-bit codes (host/store/codes.py) are written beside them. This runs on a thread of its own...
+3. ...while the records' words are read for the text index (Python, this thread), in file
+   order; the index is finished in stored order once the layout is known.
+
+Rows are read back with pread, never through a memory map: a map's scattered reads map whole runs
+of pages around each row, and the resident set would grow to the file.
+
+STORE_FORMAT 7: compiled by this writer (codes.npy, code_scale.npy, id_heads.npy; the public digest
+is sha256(message + sha256(public bits))).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import itertools
+import json
+import os
+import threading
+from array import array
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import msgpack
+import numpy as np
+
+from host.constraints.text_index import TextIndexBuilder, save_text_index
+from host.library.format import BitBlock, LibraryHeader
+from host.library.visibility import PUBLIC
+from host.store.clusters import CLUSTER_FROM, Layout, plan_layout
+from host.store.codes import code_scale, encode
+from host.store.sign_codes import pack_signs, words_for
+
+STORE_FORMAT = 7  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json; 6: clustered layout; 7: this writer, codes
+ROW_BLOCK = 4096  # rows copied at a time when writing a permuted matrix (no second full copy)
+HEADER_BYTES = 128  # the .npy header of any (rows, dimension) float32 array up to 10^15 rows
+Step = Callable[[str, float], None]  # (what is being done, fraction of it done)
+
+
+class StoreWriter:
+    """A BitSink that builds a compiled folder in `building` (see the module docstring)."""
+
+    def __init__(self, building: Path) -> None:
+        self.building = building
+        self.rows = 0
+        self.dimension: int | None = None
+        self._vectors: BinaryIO = (building / "embeddings.npy").open("wb")
+        self._vectors.write(b"\0" * HEADER_BYTES)
+        self._records: BinaryIO = (building / "records.bin").open("wb")
+        self._record_lengths = array("q")
+        self._token_counts = array("q")
+        self._tags: dict[str | None, int] = {None: 0}  # interned in order of first sight
+        self._tag_numbers = array("H")
+        self._ids = bytearray()
+        self._signs: list[np.ndarray] = []
+        self._public = hashlib.sha256()  # the public bits, in file order
+        self._largest_norm = 0.0
+        self._low: np.ndarray | None = None  # each dimension's smallest and largest value (for the codes)
+        self._high: np.ndarray | None = None
+
+    def add(self, block: BitBlock) -> None:
+        if not len(block):
+            return
+        vectors = np.ascontiguousarray(block.vectors, dtype="<f4")
+        self.dimension = vectors.shape[1]
+        packed = [msgpack.packb(record) for record in block.records]
+        self._vectors.write(vectors.data)
+        self._records.write(b"".join(packed))
+        self._record_lengths.extend(map(len, packed))
+        self._token_counts.extend(block.token_counts)
+        tags = self._tags
+        self._tag_numbers.extend(tags.setdefault(tag, len(tags)) for tag in block.tags)
+        self._ids += b"".join(block.ids)
+        self._signs.append(pack_signs(vectors))
+        self._largest_norm = max(self._largest_norm, largest_norm(vectors))
+        low, high = vectors.min(axis=0), vectors.max(axis=0)
+        self._low = low if self._low is None else np.minimum(self._low, low)
+        self._high = high if self._high is None else np.maximum(self._high, high)
+        digest = self._public
+        for row, tag in enumerate(block.tags):
+            if not tag:
+                digest.update(block.ids[row] + np.int64(block.token_counts[row]).tobytes())
+                digest.update(vectors[row].tobytes() + packed[row])
+        self.rows += len(block)
+
+    def close(self) -> None:
+        self._vectors.close()
+        self._records.close()
+
+    def finish(self, header: LibraryHeader, source: dict[str, Any], name: str, *, cluster_from: int = CLUSTER_FROM,
+               step: Step | None = None) -> None:
+        """Write everything else and meta.json (last): `building` then holds a whole compiled folder."""
+        self.close()
+        step = step or (lambda what, done: None)
+        rows, dimension = self.rows, self.dimension or header.dimension or 0
+        folder = self.building
+        tags = (PUBLIC, *sorted(tag for tag in self._tags if tag))
+        renumber = np.array([tags.index(tag or PUBLIC) for tag in self._tags], dtype=np.uint16)
+        tag_ids = renumber[np.frombuffer(self._tag_numbers, dtype=np.uint16)] if rows else np.zeros(0, np.uint16)
+        lengths = np.frombuffer(self._record_lengths, dtype=np.int64) if rows else np.zeros(0, np.int64)
+        _fix_npy_header(folder / "embeddings.npy", (rows, dimension))
+        clustered = rows >= max(cluster_from, 1)
+        scale = code_scale(self._low, self._high) if clustered and self._low is not None and self._high is not None else None
+        # The layout (BLAS, then reading and writing the vectors) runs on a thread of its own while
+        # this one reads the words of the records (Python): on two cores the two overlap.
+        layout_thread = _Background(lambda: self._lay_out(tag_ids == 0, scale, step) if clustered else None)
+        step("indexing text", 0.0)
+        words = TextIndexBuilder()
+        words.add(stored_records(folder / "records.bin", lengths))
+        layout = layout_thread.result()
+        order = None if layout is None else layout.order
+        step("writing", 1.0)
+        record_offsets = np.zeros(rows + 1, dtype=np.int64)
+        np.cumsum(lengths if order is None else lengths[order], out=record_offsets[1:])
+        if order is not None:
+            _rewrite_records(folder / "records.bin", lengths, order)
+        signs = np.concatenate(self._signs) if self._signs else np.zeros((0, words_for(dimension)), dtype="<u8")
+        self._signs = []
+
+        def arranged(values: np.ndarray) -> np.ndarray:
+            return values if order is None else values[order]
+
+        arrays = {
+            "token_counts": arranged(np.frombuffer(self._token_counts, dtype=np.int64).astype(np.int32)
+                                     if rows else np.zeros(0, np.int32)),
+            "tag_ids": arranged(tag_ids),
+            "ids": arranged(np.frombuffer(bytes(self._ids), dtype="S32") if rows else np.zeros(0, "S32")),
+            # The first 8 bytes of every id, sorted: telling whether libraries share a bit costs a
+            # merge of these, not a sort of every id, when a host opens them (ModelIndex).
+            "id_heads": np.sort(np.frombuffer(bytes(self._ids), dtype="<u8")[::4]) if rows else np.zeros(0, "<u8"),
+            "record_offsets": record_offsets,
+            "sign_codes": np.ascontiguousarray(arranged(signs).T),
+        }
+        if layout is not None and scale is not None:
+            arrays.update(source_rows=layout.order, centroids=layout.centroids, cluster_offsets=layout.offsets,
+                          code_scale=scale)
+        for array_name, values in arrays.items():
+            write_synced(folder / f"{array_name}.npy", partial(np.save, arr=values))
+        sync(folder / "embeddings.npy")
+        sync(folder / "records.bin")
+        save_text_index(words.finish(order), folder)
+        message = header.details.get("message")
+        public_digest = hashlib.sha256(message.encode() if isinstance(message, str) else b"\0")
+        public_digest.update(self._public.digest())
+        meta = {
+            "store_format": STORE_FORMAT,
+            "name": name,
+            "source": source,
+            "embedding_model": header.embedding_model,
+            "bits": rows,
+            "dimension": dimension,
+            "tags": list(tags),
+            "details": header.details,
+            "records_bytes": int(record_offsets[-1]),
+            "max_norm": self._largest_norm,
+            "public_digest": public_digest.hexdigest(),
+            "clusters": 0 if layout is None else layout.clusters,
+        }
+        write_synced(folder / "meta.json", lambda handle: handle.write(json.dumps(meta).encode()))
+
+
+    def _lay_out(self, public: np.ndarray, scale: np.ndarray | None, step: Step) -> Layout:
+        """The clustered layout, and the vectors (with their codes) rewritten in its order."""
+        folder = self.building
+        with RowFile(folder / "embeddings.npy") as matrix:
+            layout = plan_layout(matrix, public, step=step)
+        assert scale is not None
+        _rewrite_rows(folder / "embeddings.npy", layout.order, scale, step)
+        return layout
+
+
+class _Background:
+    """A function run on a thread of its own; `result()` waits for it and raises what it raised."""
+
+    def __init__(self, function: Callable[[], Any]) -> None:
+        self._function = function
+        self._outcome: list[Any] = []
+        self._thread = threading.Thread(target=self._run, name="compile-layout", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._outcome.append((True, self._function()))
+        except BaseException as problem:  # handed to the waiting thread
+            self._outcome.append((False, problem))
+
+    def result(self) -> Any:
+        self._thread.join()
+        succeeded, value = self._outcome[0]
+        if not succeeded:
+            raise value
+        return value
+
+
+def largest_norm(vectors: np.ndarray) -> float:
+    """The largest row norm, exact (float64) for the rows that could be it, float32 for the others."""
+    if not len(vectors):
+        return 0.0
+    squares = np.vecdot(vectors, vectors)
+    # float32 sums of squares are within a relative 1e-6 of exact at any dimension stored here.
+    near = np.flatnonzero(squares >= squares.max() * (1 - 1e-4))
+    rows64 = vectors[near].astype(np.float64)
+    return float(np.sqrt(np.einsum("ij,ij->i", rows64, rows64).max()))
+
+
+class RowFile:
+    """The rows of a (rows, dimension) float32 .npy, read with pread: the page cache keeps what was
+    read, this process's resident memory does not (a memory map of scattered rows maps whole runs
+    of pages around each one: 2,000 rows of a 600 MB file mapped all 600 MB)."""
+
+    def __init__(self, path: Path) -> None:
+        self._handle = path.open("rb")
+        np.lib.format.read_magic(self._handle)
+        shape, _, dtype = np.lib.format.read_array_header_1_0(self._handle)
+        self.shape: tuple[int, int] = (int(shape[0]), int(shape[1]))
+        self.dtype = dtype
+        self._offset = self._handle.tell()
+        self._row_bytes = shape[1] * dtype.itemsize
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows: slice | np.ndarray) -> np.ndarray:
+        """Rows `start:stop`, or the rows listed (ascending reads fastest)."""
+        if isinstance(rows, slice):
+            start, stop, _ = rows.indices(len(self))
+            out = np.empty((max(stop - start, 0), self.shape[1]), dtype=self.dtype)
+            read_at(self._handle.fileno(), self._offset + start * self._row_bytes, out)
+            return out
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.empty((len(rows), self.shape[1]), dtype=self.dtype)
+        runs = np.flatnonzero(np.diff(rows) != 1) + 1  # consecutive rows are read at once
+        bounds = [0, *runs.tolist(), len(rows)]
+        fd, offset, row_bytes = self._handle.fileno(), self._offset, self._row_bytes
+        for first, last in itertools.pairwise(bounds):
+            read_at(fd, offset + int(rows[first]) * row_bytes, out[first:last])
+        return out
+
+    def __enter__(self) -> RowFile:
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        self._handle.close()
+
+
+def read_at(fd: int, offset: int, out: np.ndarray) -> None:
+    """Fill `out` (C-contiguous) with the bytes of the file at `offset`."""
+    view = memoryview(out).cast("B")  # type: ignore[arg-type]
+    done = 0
+    while done < len(view):
+        count = os.preadv(fd, [view[done:]], offset + done)
+        if count <= 0:
+            raise OSError(f"unexpected end of file at byte {offset + done:,}")
+        done += count
+
+
+def stored_records(path: Path, lengths: np.ndarray) -> Iterator[dict[str, Any]]:
+    """Every record of a records.bin, in the order they are in it, unpacked one at a time."""
+    if not lengths.sum():
+        return
+    with path.open("rb") as handle:
+        unpacker = msgpack.Unpacker(handle, read_size=1 << 20, max_buffer_size=1 << 30)
+        yield from unpacker
+
+
+def _fix_npy_header(path: Path, shape: tuple[int, int]) -> None:
+    """Write the real header over the placeholder: the file is then exactly what np.save writes."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    if len(header.getvalue()) != HEADER_BYTES:  # more rows than any disk holds
+        raise ValueError(f"{path}: a .npy header of {len(header.getvalue())} bytes")
+    with path.open("r+b") as handle:
+        handle.write(header.getvalue())
+
+
+def _rewrite_rows(path: Path, order: np.ndarray, scale: np.ndarray, step: Step) -> None:
+    """`path` (a (rows, dimension) .npy in file order) rewritten as rows `order`, block by block,
+    and their 8-bit codes beside it (codes.npy)."""
+    file_order = path.with_name(".file-order.npy")
+    path.rename(file_order)
+    with RowFile(file_order) as matrix, path.open("wb") as handle, path.with_name("codes.npy").open("wb") as codes:
+        np.lib.format.write_array_header_1_0(handle, {"descr": "<f4", "fortran_order": False, "shape": matrix.shape})
+        np.lib.format.write_array_header_1_0(codes, {"descr": "|u1", "fortran_order": False, "shape": matrix.shape})
+        for start in range(0, len(order), ROW_BLOCK):
+            # Rows of a block are read in file order (sorted), which the page cache and disk prefer.
+            wanted = order[start : start + ROW_BLOCK]
+            sorted_rows = np.sort(wanted)
+            block = matrix[sorted_rows][np.searchsorted(sorted_rows, wanted)]
+            handle.write(block.data)
+            codes.write(encode(block, scale).data)
+            step("writing", (start + len(wanted)) / len(order))
+    sync(path.with_name("codes.npy"))
+    file_order.unlink()
+
+
+def _rewrite_records(path: Path, lengths: np.ndarray, order: np.ndarray) -> None:
+    """records.bin (file order) rewritten in the layout's order."""
+    file_order = path.with_name(".file-order.bin")
+    path.rename(file_order)
+    starts = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    buffer = bytearray(int(lengths.max(initial=0)))
+    with file_order.open("rb") as source, path.open("wb") as handle:
+        fd, write = source.fileno(), handle.write
+        for row in order.tolist():
+            start, length = int(starts[row]), int(lengths[row])
+            view = memoryview(buffer)[:length]
+            if os.preadv(fd, [view], start) != length:
+                raise OSError(f"{file_order}: unexpected end of file at byte {start:,}")
+            write(view)
+    file_order.unlink()
+
+
+def write_synced(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    with path.open("wb") as handle:
+        write(handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def sync(path: Path) -> None:
+    with path.open("rb+") as handle:
+        os.fsync(handle.fileno())
+
+
