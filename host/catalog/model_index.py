@@ -134,6 +134,11 @@ class ModelIndex:
         return int(self.offsets[-1])
 
     @property
+    def float_bytes(self) -> int:
+        """Bytes of every library's float32 vectors: what a scan of floats would need in memory."""
+        return sum(library.embeddings.nbytes for library in self.libraries)
+
+    @property
     def max_norm(self) -> float:
         return max(library.max_norm for library in self.libraries)
 

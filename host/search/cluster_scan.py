@@ -50,7 +50,8 @@ CODE_ERRORS = 4.0
 class ClusterScan:
     """The nearest clusters of one query: ranked once, read as the budget needs."""
 
-    def __init__(self, index: ModelIndex, query: np.ndarray, probes: int, oversample: int) -> None:
+    def __init__(self, index: ModelIndex, query: np.ndarray, probes: int, oversample: int, *,
+                 codes: bool = True) -> None:
         assert index.clusters is not None
         self.index = index
         self.table: ClusterTable = index.clusters
@@ -58,15 +59,24 @@ class ClusterScan:
         self.probes = max(1, probes)
         self.oversample = oversample
         self.margin = rounding_margin(index.dimension, index.max_norm, query)
-        self.coded = [None if library.codes is None or library.code_scale is None
-                      else CodedQuery(query, library.code_scale) for library in index.libraries]
+        self.coded = [CodedQuery(query, library.code_scale)
+                      if codes and library.codes is not None and library.code_scale is not None else None
+                      for library in index.libraries]
         errors = [coded.typical_error for coded in self.coded if coded is not None]
         if errors:
             self.margin += CODE_ERRORS * max(errors)
         centroid_scores = SCRATCH.take("centroid_scores", self.table.count, np.float32)
         row_dots(self.table.centroids, query, centroid_scores)
         np.negative(centroid_scores, out=centroid_scores)
-        self.order = np.argsort(centroid_scores, kind="stable")  # nearest first, ties to the lower cluster
+        self.distances = centroid_scores
+        self.order = _nearest_first(centroid_scores, self._likely_needed())
+
+    def _likely_needed(self) -> int:
+        """Clusters the first pool will probably take (twice what the average size says, and 64 at
+        least): only those are sorted; `_CountsInOrder` asks for the full order if it needs more."""
+        table = self.table
+        average = max(1, (int(table.stops[-1]) - int(table.starts[0])) // table.count)
+        return max(64, self.probes, 2 * -(-self.oversample // average))
 
     def fill(self, mask: np.ndarray | None, count: int, count_type: CountType, threshold: float | None,
              counts: np.ndarray | None = None) -> Filled | None:
@@ -78,7 +88,7 @@ class ClusterScan:
         wanted = count if count_type == "bit" else FIRST_GUESS_FOR_TOKENS
         target = max(self.oversample, GROWTH * wanted)
         probes = self.probes
-        in_order = _CountsInOrder(self.table, self.order, mask, counts)
+        in_order = _CountsInOrder(self, mask, counts)
         loose = sum(in_order.loose_counts)
         while True:
             chosen, pooled = in_order.enough(probes, target - loose)
@@ -94,6 +104,12 @@ class ClusterScan:
                 return Filled(rows[positions], exact, cut_to)
             probes, target = len(chosen) * GROWTH, target * GROWTH
 
+    def full_order(self) -> np.ndarray:
+        """Every cluster, nearest first (ties to the lower cluster)."""
+        if len(self.order) < self.table.count:
+            self.order = _nearest_first(self.distances, self.table.count)
+        return self.order
+
     def _exact_scores(self, rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
         return exact_scores(self.index.gather(rows[positions]), self.query)
 
@@ -107,11 +123,13 @@ class ClusterScan:
         keep = None if mask is None else SCRATCH.take("pool_keep", total, np.bool_)
         counting = table.counting
         single = len(index.libraries) == 1
+        owners = None if single else (np.searchsorted(index.offsets, [start for start, _ in ranges], side="right")
+                                      - 1).tolist()
         block = None
         position = 0
-        for start, stop in ranges:
+        for number, (start, stop) in enumerate(ranges):
             size = stop - start
-            owner = 0 if single else int(np.searchsorted(index.offsets, start, side="right")) - 1
+            owner = 0 if owners is None else owners[number]
             library, local = index.libraries[owner], start - int(index.offsets[owner])
             coded = self.coded[owner]
             if coded is not None and library.codes is not None:
@@ -129,37 +147,53 @@ class ClusterScan:
         return rows, scores
 
 
+def _nearest_first(distances: np.ndarray, needed: int) -> np.ndarray:
+    """The clusters of the `needed` smallest `distances` (at least; every one tied with the last
+    included), smallest first, ties to the lower cluster. Sorting 10,000 centroids took ~1 ms (10M
+    bits); the few a query reads, a partition and a sort of those."""
+    if len(distances) < 8 * needed:  # a partition costs more than sorting a few hundred
+        order: np.ndarray = np.argsort(distances, kind="stable")
+        return order
+    boundary = np.partition(distances, needed)[needed]
+    nearest = np.flatnonzero(distances <= boundary)  # in cluster order: a stable sort keeps ties so
+    return nearest[np.argsort(distances[nearest], kind="stable")]
+
+
 class _CountsInOrder:
     """Visible rows of each cluster in the query's order, counted only as far as needed."""
 
-    def __init__(self, table: ClusterTable, order: np.ndarray, mask: np.ndarray | None,
-                 counts: np.ndarray | None) -> None:
-        self.table, self.order, self.mask = table, order, mask
+    def __init__(self, scan: ClusterScan, mask: np.ndarray | None, counts: np.ndarray | None) -> None:
+        self.scan, self.table, self.mask = scan, scan.table, mask
         if counts is None and mask is None:
-            counts = table.sizes
-        self.running = None if counts is None else np.cumsum(counts[order])
+            counts = self.table.sizes
+        self.counts = counts
+        self.running = None if counts is None else np.cumsum(counts[scan.order])
         self.counted = np.zeros(0, dtype=np.int64)  # running totals of the first clusters, under a mask
         self.loose_counts = [stop - start if mask is None else int(np.count_nonzero(mask[start:stop]))
-                             for start, stop in table.loose]
+                             for start, stop in self.table.loose]
 
     def enough(self, probes: int, rows: int) -> tuple[np.ndarray, int]:
         """The fewest nearest clusters (at least `probes`) holding `rows` visible rows, and that count."""
         clusters = self.table.count
-        if self.running is not None:
+        if self.counts is not None:
+            assert self.running is not None
+            if len(self.running) < clusters and (len(self.running) < probes or self.running[-1] < rows):
+                self.running = np.cumsum(self.counts[self.scan.full_order()])  # past the clusters sorted
             running = self.running
         else:
             while len(self.counted) < clusters and (len(self.counted) < probes or
                                                      (self.counted[-1] if len(self.counted) else 0) < rows):
                 self._count_more(max(COUNT_CHUNK, len(self.counted)))
             running = self.counted
-        taken = int(np.searchsorted(running, rows, side="left")) + 1 if rows > 0 else 1
+        taken = int(running.searchsorted(rows, side="left")) + 1 if rows > 0 else 1
         taken = min(max(probes, taken), clusters, len(running))
-        return self.order[:taken], int(running[taken - 1])
+        return self.scan.order[:taken], int(running[taken - 1])
 
     def _count_more(self, how_many: int) -> None:
         assert self.mask is not None
         mask, table = self.mask, self.table
-        more = self.order[len(self.counted) : len(self.counted) + how_many]
+        order = self.scan.order if len(self.scan.order) >= len(self.counted) + how_many else self.scan.full_order()
+        more = order[len(self.counted) : len(self.counted) + how_many]
         counts = [int(np.count_nonzero(mask[start:stop]))
                   for start, stop in zip(table.starts[more].tolist(), table.stops[more].tolist())]
         base = int(self.counted[-1]) if len(self.counted) else 0
