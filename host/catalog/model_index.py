@@ -39,7 +39,7 @@ class ClusterTable:
     def count(self) -> int:
         return len(self.starts)
 
-    @property
+    @cached_property
     def sizes(self) -> np.ndarray:
         sizes: np.ndarray = self.stops - self.starts
         return sizes
