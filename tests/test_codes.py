@@ -40,7 +40,7 @@ def test_code_scores_stay_within_the_bound_and_are_typically_much_closer():
     for query in unit_vectors(20, 64, seed=3):
         coded = CodedQuery(query, scale)
         scores = np.empty(len(rows), dtype=np.float32)
-        coded.scores(codes, scores, np.empty((2048, 64), dtype=np.float32))
+        coded.scores(codes, [(0, len(codes))], scores, np.empty((2048, 64), dtype=np.float32))
         error = scores - (rows.astype(np.float64) @ query)
         assert np.all(np.abs(error) <= 0.5 * np.abs(query) @ scale[1] + 1e-5)  # the bound, never crossed
         errors.append(np.std(error) / coded.typical_error)

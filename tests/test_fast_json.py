@@ -55,6 +55,19 @@ def test_floats_render_as_python_writes_them_where_msgspec_alone_would_not() -> 
     assert render_json([*doubles, *(-value for value in doubles)]) == standard([*doubles, *(-value for value in doubles)])
 
 
+def test_floats_msgspec_writes_itself_are_those_it_writes_as_python_does() -> None:
+    # Magnitudes 1e-4 to 1e16 (and zero) are left to msgspec: every usual similarity is one of them.
+    generator = np.random.default_rng(1)
+    exponents = generator.uniform(-4, 16, 400_000)
+    doubles = (generator.uniform(1, 10, 400_000) * 10.0 ** np.floor(exponents)).tolist()
+    singles = np.array(doubles, dtype=np.float32).astype(np.float64).tolist()
+    edges = [float(edge) for bound in (1e-4, 1e16) for edge in np.nextafter(bound, [0, np.inf, bound])]
+    for values in (doubles, singles, edges, [0.0, -0.0]):
+        values = [value for value in values if 1e-4 <= abs(value) < 1e16 or value == 0]
+        assert render_json([*values, *(-value for value in values)]) == standard([*values, *(-value for value in values)])
+    assert render_json([np.float64(0.5), np.float64(2e-5)]) == standard([np.float64(0.5), np.float64(2e-5)])
+
+
 @settings(max_examples=300, deadline=None)
 @given(JSON_VALUES)
 def test_any_json_value_renders_as_the_standard_library_renders_it(value: Any) -> None:

@@ -33,13 +33,12 @@ class ClusterTable:
     stops: np.ndarray
     library: np.ndarray  # (clusters,) int64: position of the owning library in ModelIndex.libraries
     loose: tuple[tuple[int, int], ...]  # global row ranges of libraries without clusters
-    counting: np.ndarray  # 0, 1, 2, ... as long as the longest cluster or loose range (row numbers of a slice)
 
     @property
     def count(self) -> int:
         return len(self.starts)
 
-    @property
+    @cached_property
     def sizes(self) -> np.ndarray:
         sizes: np.ndarray = self.stops - self.starts
         return sizes
@@ -61,14 +60,12 @@ class ClusterTable:
         loose = tuple((int(offsets[position]), int(offsets[position + 1])) for position in range(len(libraries))
                       if position not in clustered)
         all_starts, all_stops = np.concatenate(starts).astype(np.int64), np.concatenate(stops).astype(np.int64)
-        longest = max([int((all_stops - all_starts).max(initial=0)), *(stop - start for start, stop in loose)])
         return cls(
             centroids=centroids[0] if len(centroids) == 1 else np.concatenate(centroids),
             starts=all_starts,
             stops=all_stops,
             library=np.concatenate(owners),
             loose=loose,
-            counting=np.arange(longest, dtype=np.int64),
         )
 
 
@@ -132,6 +129,11 @@ class ModelIndex:
     @property
     def bit_count(self) -> int:
         return int(self.offsets[-1])
+
+    @property
+    def float_bytes(self) -> int:
+        """Bytes of every library's float32 vectors: what a scan of floats would need in memory."""
+        return sum(library.embeddings.nbytes for library in self.libraries)
 
     @property
     def max_norm(self) -> float:

@@ -6,7 +6,6 @@ field, so a publisher can fix a file without reading our code.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import json
@@ -125,7 +124,10 @@ def decode_embedding(encoded: Any) -> np.ndarray:
 
 
 def encode_embedding(vector: np.ndarray) -> str:
-    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+    """A float32 vector as base64 of its little-endian bytes. pybase64 reads the array's own buffer
+    (no `tobytes` copy): 0.35 µs for 1,536 values against 8 µs with the standard library's base64,
+    which was 80 µs of a 10-bit answer (docs/performance.md, "Query speed")."""
+    return pybase64.b64encode_as_string(np.ascontiguousarray(vector, dtype="<f4").data)
 
 
 @dataclass

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from host.catalog.model_index import ModelIndex
 from host.library.format import FORMAT_VERSION, Omit
 from host.results.bits import selection_bits
@@ -60,8 +62,13 @@ def estimated_answer_bytes(index: ModelIndex, selection: Selection, omit: Omit, 
         per_bit += index.dimension * 4 if binary_embeddings else -(-index.dimension * 4 // 3) * 4
     records = 0
     if "text" not in omit or "info" not in omit:
-        for position, library in enumerate(index.libraries):
-            start, stop = index.offsets[position], index.offsets[position + 1]
-            local = selection.rows[(selection.rows >= start) & (selection.rows < stop)] - start
+        rows = selection.rows
+        if len(index.libraries) == 1:
+            parts = [(index.libraries[0], rows)]
+        else:
+            owners = np.searchsorted(index.offsets, rows, side="right") - 1
+            parts = [(index.libraries[position], rows[owners == position] - index.offsets[position])
+                     for position in np.unique(owners).tolist()]
+        for library, local in parts:
             records += int((library.record_offsets[local + 1] - library.record_offsets[local]).sum())
     return BYTES_AROUND_BITS + len(selection.rows) * per_bit + records

@@ -8,6 +8,7 @@ rank in file order, and the budget (SPEC §3) and similarity threshold cut the l
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Literal, NamedTuple
 
@@ -30,9 +31,14 @@ def exact_scores(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
     included), in every search mode: the float32 pass is only a filter in front of it.
     """
     query64 = query.astype(np.float64)
-    scores = np.empty(len(vectors), dtype=np.float32)
     dimension = len(query)
     block = SCRATCH.take("rescore", min(len(vectors), RESCORE_BLOCK) * dimension, np.float64)
+    if len(vectors) <= RESCORE_BLOCK:  # a query's few candidates: one block, as below, in fewer steps
+        rows64 = block.reshape(len(vectors), dimension)
+        np.copyto(rows64, vectors)
+        product: np.ndarray = (rows64 @ query64).astype(np.float32)
+        return product
+    scores = np.empty(len(vectors), dtype=np.float32)
     for start in range(0, len(vectors), RESCORE_BLOCK):
         part = vectors[start : start + RESCORE_BLOCK]
         rows64 = block[: len(part) * dimension].reshape(len(part), dimension)
@@ -44,7 +50,8 @@ def exact_scores(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
 def rounding_margin(dimension: int, max_norm: float, query: np.ndarray) -> float:
     """How far a float32 score may be from its exact value, twice over (the gap a candidate may
     fall short of the k-th fast score and still be in the exact top k): |s - exact| <= d·u·|e|·|q|."""
-    return 2 * (dimension + 4) * FLOAT32_ROUNDING * max_norm * float(np.linalg.norm(query.astype(np.float64)))
+    query64 = query.astype(np.float64)
+    return 2 * (dimension + 4) * FLOAT32_ROUNDING * max_norm * math.sqrt(float(query64 @ query64))
 
 
 Rescore = Callable[[np.ndarray], np.ndarray]  # rows -> their exact scores

@@ -41,6 +41,8 @@ from host.store.sign_codes import hamming_distances
 
 __all__ = [
     "EXACT",
+    "OVERSAMPLE",
+    "PROBES",
     "CountType",
     "Search",
     "Selection",
@@ -57,7 +59,8 @@ HIDDEN_DISTANCE = np.uint16(np.iinfo(np.uint16).max)  # never among the nearest 
 # (gathered), not the whole matrix. A gathered row costs ~9x a scanned one (100k bits: 8% of the
 # rows gathered took as long as the full scan; scripts/benchmarks/constraints.py), so only below 5%.
 SUBSET_SHARE = 0.05
-PROBES = 4  # clusters a cluster scan reads at least (recall@10 >= 0.99 at 100k and 1M: scripts/bench_index.py)
+PROBES = 1  # clusters a cluster scan reads at least: the pool (`oversample`, host.search.query.pool_for) decides
+OVERSAMPLE = 250  # rows an approximate search considers at least, however small the library (~2 clusters at 10k)
 
 
 @dataclass(frozen=True)
@@ -84,12 +87,13 @@ def similarities(index: ModelIndex, query: np.ndarray, out: np.ndarray | None = 
 @dataclass(frozen=True)
 class Search:
     """How to find the best rows: `exact` scans every float; `approximate` reads the nearest clusters
-    of clustered libraries (at least `probes` clusters), or the nearest sign codes of the others,
-    until at least `oversample` visible rows are considered."""
+    of clustered libraries (at least `probes` clusters; through their 8-bit codes with `codes`), or
+    the nearest sign codes of the others, until at least `oversample` visible rows are considered."""
 
     approximate: bool = False
-    oversample: int = 1000  # rows considered at least; grown when the budget needs more
+    oversample: int = OVERSAMPLE  # rows considered at least; grown when the budget needs more
     probes: int = PROBES
+    codes: bool = True  # clustered libraries read through their 8-bit codes (where they have them), not their floats
 
 
 EXACT = Search()
@@ -181,7 +185,7 @@ class _Approximate:
 
     def __init__(self, index: ModelIndex, query: np.ndarray, search: Search) -> None:
         self.index, self.query = index, query
-        self.clusters = ClusterScan(index, query, search.probes, search.oversample)
+        self.clusters = ClusterScan(index, query, search.probes, search.oversample, codes=search.codes)
         self.exact: _ExactScan | None = None
 
     def fill(self, mask: np.ndarray | None, count: int, count_type: CountType, threshold: float | None,

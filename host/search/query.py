@@ -7,8 +7,7 @@ and a grant; ranking, budgets and access filtering happen nowhere else. RAGFlow'
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -16,37 +15,54 @@ from access import Grant
 from host.catalog.generations import Catalog
 from host.catalog.model_index import ModelIndex
 from host.constraints import Node, constraint_mask
-from host.search.engine import PROBES, CountType, Search, Selection, rank
+from host.search.engine import OVERSAMPLE, PROBES, CountType, Search, Selection, rank
 from host.search.errors import NothingLoaded, QueryError
 from host.search.hybrid import HybridQuery, HybridSelection, rank_hybrid
 from host.store.clusters import CLUSTER_FROM
+from host.store.residency import default_populate_bytes
 
 SEARCH_MODES = ("auto", "exact", "approximate")
+POOL_SHARE = 0.005  # of the visible bits: the least an approximate search considers (`pool_for`)
 
 
 @dataclass(frozen=True)
 class SearchPolicy:
-    """How to search a model's bits: `auto` is approximate from `approximate_from` visible bits."""
+    """How to search a model's bits: `auto` is approximate from `approximate_from` visible bits.
+
+    A clustered model whose floats take more than `codes_from` bytes is scanned through its 8-bit
+    codes (host/store/codes.py: a quarter of the bytes, for a store larger than memory); a smaller
+    one through its floats, which host/store/residency.py keeps in memory within the same budget.
+    With the floats in memory the codes only cost CPU: casting 1,536 bytes a row to float32 took
+    longer than reading the row's floats (100k x 1536: 0.195 against 0.175 ms for 2 clusters).
+    """
 
     mode: str = "auto"
     approximate_from: int = CLUSTER_FROM  # where libraries are clustered: a cluster scan is 6x faster than exact there
-    oversample: int = 1000
+    oversample: int = OVERSAMPLE
     probes: int = PROBES
+    codes_from: int = field(default_factory=default_populate_bytes)
 
-    def for_bits(self, bits: int) -> Search:
+    def for_bits(self, bits: int, float_bytes: int = 0) -> Search:
+        """The search of a model of `bits` visible bits whose floats take `float_bytes` bytes."""
         approximate = self.mode == "approximate" or (self.mode == "auto" and bits >= self.approximate_from)
-        return Search(approximate=approximate, oversample=max(self.oversample, pool_for(bits)), probes=self.probes)
+        return Search(approximate=approximate, oversample=max(self.oversample, pool_for(bits)), probes=self.probes,
+                      codes=float_bytes > self.codes_from)
+
+    def for_index(self, index: ModelIndex, granted: frozenset[str] = frozenset()) -> Search:
+        """The search of `index` for a caller holding `granted`: `auto` follows the bits they may see,
+        so hidden bits never switch the mode."""
+        return self.for_bits(index.visible_count(granted), index.float_bytes)
 
 
 def pool_for(bits: int) -> int:
-    """Rows an approximate search considers at least, for `bits` visible bits.
+    """Rows an approximate search considers at least, for `bits` visible bits: POOL_SHARE of them.
 
-    The pool that holds the true top 10 grows with the library, and a little faster than it: p90
-    ~0.3% of the bits in scripts/bench.py's clustered 100k and 1M libraries (a fixed 1000 gave
-    recall@10 0.85 at 1M), while at 10M x 384 (scripts/bench_10m.py) 0.4% gave recall 0.857, 0.5%
-    0.9995, 0.6% and 0.8% 1.000. So 0.4% up to 1M bits, growing by 0.2% for each tenfold beyond.
+    The pool that holds the true top 10 grows with the library. On the synthetic libraries of
+    scripts/bench.py and scripts/synthetic_library.py (docs/performance.md, "Query speed"), recall@10
+    with the nearest clusters holding 0.5% of the bits: 10k 1.000, 30k 1.000, 100k 0.9995, 300k
+    0.998, 1M (x 384) ?, 10M (x 384) 0.9995; 0.4% gave 0.988 at 100k and 0.970 at 300k.
     """
-    return round(bits / 250 * (1 + 0.5 * max(0.0, math.log10(max(bits, 1) / 1_000_000))))
+    return round(bits * POOL_SHARE)
 
 
 @dataclass(frozen=True)
@@ -93,8 +109,7 @@ def run_query(index: ModelIndex, query: Query, grant: Grant, policy: SearchPolic
         count=query.count,
         count_type=query.count_type,
         count_restricted=count_restricted,
-        # `auto` follows the bits this caller may see, so hidden bits never switch the mode.
-        search=policy.for_bits(index.visible_count(grant.access_tags)),
+        search=policy.for_index(index, grant.access_tags),
         constraint=narrowing_mask(index, query),
         similarity_threshold=query.similarity_threshold,
     )

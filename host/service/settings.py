@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from host.search.batching import MAX_BATCH
-from host.search.engine import PROBES
+from host.search.engine import OVERSAMPLE, PROBES
 from host.store.clusters import CLUSTER_FROM
 from host.store.compiled import DEFAULT_MAX_SOURCE_BYTES
 from host.store.residency import default_populate_bytes
@@ -104,9 +104,9 @@ class Settings:
     approximate_from: int = field(default=CLUSTER_FROM, metadata=option(
         "with --search auto, the number of bits a caller may see from which search is approximate "
         "(default %(default)s)", metavar="BITS"))
-    oversample: int = field(default=1000, metadata=option(
-        "approximate search considers at least this many visible bits (default %(default)s)",
-        metavar="N"))
+    oversample: int = field(default=OVERSAMPLE, metadata=option(
+        "approximate search considers at least this many visible bits, and at least 0.5%% of them "
+        "(default %(default)s)", metavar="N"))
     probes: int = field(default=PROBES, metadata=option(
         "approximate search reads at least this many nearest clusters of a clustered library "
         "(default %(default)s)", metavar="N"))
@@ -119,7 +119,8 @@ class Settings:
     populate_bytes: int = field(default=default_populate_bytes(), metadata=option(
         "read the libraries' vectors and records into memory at load and map every page, so that no query "
         "waits for a page fault, while they total at most N bytes (default %(default)s, half of the memory "
-        "of this machine or its container; the pages are shared by every worker; 0: never)", metavar="N"))
+        "of this machine or its container; the pages are shared by every worker; 0: never); a model whose "
+        "vectors are larger is searched through its 8-bit codes, which are read in their place", metavar="N"))
     cors_origin: str = field(default="*", metadata=option(
         "origins whose web pages may call this host from a browser (CORS): * (default) for any page, "
         "none for no page of another origin, or origins such as https://app.example (repeat the option, "

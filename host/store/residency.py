@@ -6,8 +6,9 @@ when not), so the first thousands of queries of a new server or a new library ea
 hundreds of faults. Populating the map (`madvise(MADV_POPULATE_READ)`, Linux 5.14+; `MADV_WILLNEED`
 read-ahead elsewhere) reads the file into the page cache once and maps every page up front.
 
-Only the maps a query reads are populated: the vectors, the records, and the sign codes of a
-library without clusters (a clustered one never reads them). The vectors are mapped in 2 MB pages
+Only the maps a query reads are populated: the vectors (or, for a model whose vectors are over the
+budget, the 8-bit codes its queries scan instead: host/store/codes.py), the records, and the sign
+codes of a library without clusters (a clustered one never reads them). What is scanned is mapped in 2 MB pages
 where the system's transparent huge pages allow it (`madvise` mode, the usual default, or
 `always`): a query's clusters then cost a TLB miss per 2 MB, not per 4 KB (`populate`). The pages
 belong to the page cache, shared by every worker and every process mapping the file; what a worker
@@ -66,16 +67,28 @@ def default_populate_bytes() -> int:
     return physical_memory() // 2
 
 
-def mapped_arrays(library: CompiledLibrary) -> list[np.ndarray]:
-    """The memory-mapped arrays a query of this library reads."""
-    arrays = [library.embeddings, library.records]
+def mapped_arrays(library: CompiledLibrary, *, codes: bool = False) -> list[np.ndarray]:
+    """The memory-mapped arrays a query of this library reads, what it scans first: its floats, or
+    with `codes` (a model too large for its floats to be kept in memory, host/search/query.py's
+    SearchPolicy) a clustered library's 8-bit codes, whose floats are then read only to re-score."""
+    scanned = library.codes if codes and library.codes is not None else library.embeddings
+    arrays = [scanned, library.records]
     if library.cluster_offsets is None:
         arrays.append(library.sign_codes)
     return [array for array in arrays if array.nbytes and _is_mapped(array)]
 
 
-def mapped_bytes(library: CompiledLibrary) -> int:
-    return sum(array.nbytes for array in mapped_arrays(library))
+def mapped_bytes(library: CompiledLibrary, *, codes: bool = False) -> int:
+    return sum(array.nbytes for array in mapped_arrays(library, codes=codes))
+
+
+def codes_scanned(libraries: Iterable[CompiledLibrary], budget: int) -> set[int]:
+    """The ids of the libraries whose model is scanned through its codes: its floats (every library
+    of the model together) take more than `budget` bytes, as SearchPolicy decides with --populate-bytes."""
+    floats: dict[str, int] = {}
+    for library in libraries:
+        floats[library.embedding_model] = floats.get(library.embedding_model, 0) + library.embeddings.nbytes
+    return {id(library) for library in libraries if floats[library.embedding_model] > budget}
 
 
 def _is_mapped(array: np.ndarray) -> bool:
@@ -199,18 +212,19 @@ class Residency:
         huge = huge_pages_possible()
         with self._lock:
             current = {id(library): library for library in libraries}
+            through_codes = codes_scanned(current.values(), self.budget)
             self._populated = {key: held for key, held in self._populated.items() if key in current}
             total = sum(size for _, size in self._populated.values())
             for key, library in current.items():
                 if key in self._populated:
                     continue
-                size = mapped_bytes(library)
+                size = mapped_bytes(library, codes=key in through_codes)
                 if total + size > self.budget:
                     done.left += 1
                     done.left_bytes += size
                     continue
-                for array in mapped_arrays(library):
-                    populate(array, huge=huge and array is library.embeddings)
+                for number, array in enumerate(mapped_arrays(library, codes=key in through_codes)):
+                    populate(array, huge=huge and number == 0)  # what its queries scan, in 2 MB pages
                 self._populated[key] = (library, size)
                 total += size
                 done.libraries += 1

@@ -150,7 +150,7 @@ async def answer(
         check_answer_size(len(body), limit)
         return body
 
-    search = state.search.for_bits(index.visible_count(caller.access_tags))
+    search = state.search.for_index(index, caller.access_tags)
     computed = compute() if runs_inline(index, args, search, libraries) else await run_in_threadpool(compute)
     if isinstance(computed, Selection):
         selection = computed

@@ -35,7 +35,8 @@ class HostState:
         self.catalog = catalog
         self.access = access
         self.embedders = embedders
-        self.search = SearchPolicy(settings.search, settings.approximate_from, settings.oversample, settings.probes)
+        self.search = SearchPolicy(settings.search, settings.approximate_from, settings.oversample, settings.probes,
+                                   codes_from=settings.populate_bytes)
         self.metrics = Metrics()
         # Rendered query answers and library files share the memory the settings allow, half each.
         self.answers = ByteBoundedCache(settings.answer_cache_bytes // 2)
