@@ -30,6 +30,7 @@ import functools
 import itertools
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,6 +157,25 @@ class _Numbering(dict[str, int]):
         return number
 
 
+ROW_BREAK = "\0"  # between a chunk's texts; a word of its own after splitting (it is not a word character)
+# One character for one, so that str.translate keeps its fast path: NUL stays, every other
+# character that is not a word character becomes a space (as in words()).
+_ASCII_SPLIT = str.maketrans({chr(code): " " for code in range(1, 128) if not (chr(code).isalnum() or chr(code) == "_")})
+_WORD_OR_BREAK = re.compile(rf"\w+|{ROW_BREAK}")
+
+
+def chunk_words(texts: Sequence[str]) -> list[str] | None:
+    """The words of every text (as `words()` gives them) with ROW_BREAK between two texts; None when
+    a text holds ROW_BREAK itself. A chunk is split by a few calls over its joined text: calls per
+    text cost more than the splitting itself."""
+    joined = f" {ROW_BREAK} ".join(texts)
+    if joined.count(ROW_BREAK) != len(texts) - 1:
+        return None
+    if joined.isascii():
+        return joined.lower().translate(_ASCII_SPLIT).split()
+    return _WORD_OR_BREAK.findall(ROW_BREAK.join(map(fold, texts)))
+
+
 class WordIndexBuilder:
     """The word index of one field, fed the rows' texts chunk by chunk (see the module docstring).
 
@@ -163,27 +183,35 @@ class WordIndexBuilder:
     """
 
     def __init__(self) -> None:
-        self.numbering = _Numbering()
+        self.numbering = _Numbering({ROW_BREAK: 0})  # number 0 marks the end of a row, never a word
         self.lengths: list[np.ndarray] = []
         self.numbers: list[np.ndarray] = []
 
     def add(self, texts: Sequence[str]) -> None:
-        found: list[str] = []
-        lengths = np.empty(len(texts), dtype=np.int64)
-        for row, text in enumerate(texts):
-            row_words = words(text)
-            lengths[row] = len(row_words)
-            found.extend(row_words)
-        self.lengths.append(lengths)
-        self.numbers.append(np.fromiter(map(self.numbering.__getitem__, found), dtype=np.int32, count=len(found)))
+        split = chunk_words(texts) if texts else None
+        if split is None:  # a text with a NUL in it (or none at all): text by text
+            for text in texts:
+                self._add_numbers([*words(text), ROW_BREAK])
+            return
+        found = split
+        found.append(ROW_BREAK)
+        self._add_numbers(found)
+
+    def _add_numbers(self, found: list[str]) -> None:
+        """`found`: words of whole rows, each row followed by ROW_BREAK."""
+        numbers = np.fromiter(map(self.numbering.__getitem__, found), dtype=np.int32, count=len(found))
+        breaks = np.flatnonzero(numbers == 0)
+        self.lengths.append(np.diff(breaks, prepend=-1) - 1)
+        self.numbers.append(numbers[numbers != 0] if len(breaks) < len(numbers) else numbers[:0])
 
     def finish(self, stored_row: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """The arrays; with `stored_row` (the place each row fed will have), rows are numbered as stored."""
         lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, dtype=np.int64)
         rows = len(lengths)
         numbering = self.numbering
+        del numbering[ROW_BREAK]
         vocabulary = sorted(numbering)
-        renumber = np.empty(len(vocabulary), dtype=np.int64)
+        renumber = np.zeros(len(vocabulary) + 1, dtype=np.int64)
         renumber[np.fromiter(map(numbering.__getitem__, vocabulary), dtype=np.int64, count=len(vocabulary))] = (
             np.arange(len(vocabulary)))
         self.numbering = _Numbering()
@@ -269,7 +297,11 @@ class ValueIndexBuilder:
         self.numbers: list[np.ndarray] = []
 
     def add(self, values: Sequence[str]) -> None:
-        folded = [fold(value) for value in values]
+        joined = ROW_BREAK.join(values)
+        if joined.isascii() and joined.count(ROW_BREAK) == len(values) - 1 and values:
+            folded = joined.lower().split(ROW_BREAK)  # fold() of ASCII text is lower()
+        else:
+            folded = [fold(value) for value in values]
         self.numbers.append(np.fromiter(map(self.numbering.__getitem__, folded), dtype=np.int32, count=len(folded)))
 
     def finish(self, order: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -317,7 +349,7 @@ class TextIndexBuilder:
         iterator = iter(records)
         while chunk := list(itertools.islice(iterator, TOKENIZE_CHUNK)):
             for field in INDEXED_FIELDS:
-                texts = [field_value(record, field, "") for record in chunk]
+                texts = _field_values(chunk, field)
                 self.words[field].add(texts)
                 if field in self.values:
                     self.values[field].add(texts)
@@ -336,6 +368,21 @@ class TextIndexBuilder:
                 for part, array in self.values.pop(field).finish(order).items():
                     arrays[f"{PREFIX}{field}.{part}"] = array
         return arrays
+
+
+def _field_values(records: list[dict[str, Any]], field: str) -> list[str]:
+    """`field_value(record, field, "")` of every record: a compiled bit's record (a string text,
+    an info of strings) is read directly; any other shape goes through `field_value`."""
+    try:
+        if field == "text":
+            texts = [record["text"] for record in records]
+        else:
+            texts = [record["info"].get(field, "") for record in records]
+        if all(type(text) is str for text in texts):
+            return texts
+    except (KeyError, TypeError, AttributeError):
+        pass
+    return [field_value(record, field, "") for record in records]
 
 
 def build_text_index(records: Iterable[dict[str, Any]]) -> dict[str, np.ndarray]:
