@@ -53,6 +53,7 @@ from host.store.text_process import TextIndexer
 
 STORE_FORMAT = 7  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json; 6: clustered layout; 7: this writer, codes
 ROW_BLOCK = 4096  # rows copied at a time when writing a permuted matrix (no second full copy)
+PARTS = 16  # the vectors are put in the layout's order through this many files (RowParts)
 HEADER_BYTES = 128  # the .npy header of any (rows, dimension) float32 array up to 10^15 rows
 Step = Callable[[str, float], None]  # (what is being done, fraction of it done)
 
@@ -127,7 +128,8 @@ class StoreWriter:
         scale = code_scale(self._low, self._high) if clustered and self._low is not None and self._high is not None else None
         # The layout (BLAS) runs on a thread of its own while this one splits the records into
         # words (Python), unless a second process does that already: on two cores they overlap.
-        layout_thread = _Background(lambda: self._plan(tag_ids == 0, step) if clustered else None)
+        parts = RowParts(folder)
+        layout_thread = _Background(lambda: self._plan(tag_ids == 0, step, parts) if clustered else None)
         step("indexing text", 0.0)
         self._text.all_written(self._records_size)
         layout = layout_thread.result()
@@ -136,7 +138,7 @@ class StoreWriter:
         if layout is not None:
             write_synced(folder / "source_rows.npy", partial(np.save, arr=layout.order))
         # The vectors are rewritten in the layout's order on a thread, beside the records here.
-        rewrite = _Background(lambda: _rewrite_rows(folder / "embeddings.npy", layout.order, scale, step)
+        rewrite = _Background(lambda: parts.write(folder / "embeddings.npy", scale, step)
                               if layout is not None and scale is not None else None)
         self._text.finish("source_rows.npy" if layout is not None else None)
         record_offsets = np.zeros(rows + 1, dtype=np.int64)
@@ -188,10 +190,15 @@ class StoreWriter:
         write_synced(folder / "meta.json", lambda handle: handle.write(json.dumps(meta).encode()))
 
 
-    def _plan(self, public: np.ndarray, step: Step) -> Layout:
-        """The clustered layout of the vectors written so far (file order)."""
-        with RowFile(self.building / "embeddings.npy") as matrix:
-            return plan_layout(matrix, public, step=step)
+    def _plan(self, public: np.ndarray, step: Step, parts: RowParts) -> Layout:
+        """The clustered layout of the vectors written so far (file order), every row also handed
+        to `parts` as it is assigned; the vectors in file order are then deleted."""
+        path = self.building / "embeddings.npy"
+        with RowFile(path) as matrix:
+            layout = plan_layout(matrix, public, step=step, each_block=parts.add)
+        parts.close()
+        path.unlink()
+        return layout
 
 
 class _Background:
@@ -318,23 +325,89 @@ def _fix_npy_header(path: Path, shape: tuple[int, int]) -> None:
         handle.write(header.getvalue())
 
 
-def _rewrite_rows(path: Path, order: np.ndarray, scale: np.ndarray, step: Step) -> None:
-    """`path` (a (rows, dimension) .npy in file order) rewritten as rows `order`, block by block,
-    and their 8-bit codes beside it (codes.npy)."""
-    file_order = path.with_name(".file-order.npy")
-    path.rename(file_order)
-    with Mapped(file_order) as mapped, path.open("wb") as handle, path.with_name("codes.npy").open("wb") as codes:
-        matrix = mapped.npy()
-        np.lib.format.write_array_header_1_0(handle, {"descr": "<f4", "fortran_order": False, "shape": matrix.shape})
-        np.lib.format.write_array_header_1_0(codes, {"descr": "|u1", "fortran_order": False, "shape": matrix.shape})
+class RowParts:
+    """The vectors put in the layout's order in two sequential passes instead of one scattered one.
+
+    While the rows are assigned (in file order), each block's rows go to one of `PARTS` files by
+    cluster range (clusters [k * C / PARTS, (k + 1) * C / PARTS)), in file order within each, with
+    their clusters kept here (4 bytes a row). Then each part is read whole, put in cluster order
+    (a stable sort: file order within a cluster, as the layout's `order`) and appended to the
+    final file with its codes. Memory holds one part, about 1/PARTS of the vectors; a part much
+    larger than that (clusters of very uneven sizes) is rewritten a block at a time instead.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._files: list[BinaryIO] = []
+        self._labels: list[list[np.ndarray]] = [[] for _ in range(PARTS)]
+        self._rows = [0] * PARTS
+        self._shape: tuple[int, int] = (0, 0)
+
+    def _path(self, part: int) -> Path:
+        return self.folder / f".part-{part:02d}.bin"
+
+    def add(self, rows: np.ndarray, labels: np.ndarray, clusters: int) -> None:
+        if not self._files:
+            self._files = [self._path(part).open("wb") for part in range(PARTS)]
+        part_of = labels * PARTS // clusters
+        by_part = np.argsort(part_of, kind="stable")
+        arranged, arranged_labels = rows[by_part], labels[by_part].astype(np.int32)
+        bounds = np.searchsorted(part_of[by_part], np.arange(PARTS + 1))
+        for part in np.flatnonzero(np.diff(bounds)).tolist():
+            first, last = int(bounds[part]), int(bounds[part + 1])
+            self._files[part].write(arranged[first:last].data)
+            self._labels[part].append(arranged_labels[first:last])
+            self._rows[part] += last - first
+        self._shape = (self._shape[0] + len(rows), rows.shape[1])
+
+    def close(self) -> None:
+        for handle in self._files:
+            handle.close()
+
+    def write(self, path: Path, scale: np.ndarray, step: Step) -> None:
+        """The final (rows, dimension) .npy at `path`, and codes.npy beside it; the parts are deleted."""
+        rows, dimension = self._shape
+        done = 0
+        scratch = np.empty((ROW_BLOCK, dimension), np.float32)
+        with path.open("wb") as handle, path.with_name("codes.npy").open("wb") as codes:
+            np.lib.format.write_array_header_1_0(handle, {"descr": "<f4", "fortran_order": False, "shape": self._shape})
+            np.lib.format.write_array_header_1_0(codes, {"descr": "|u1", "fortran_order": False, "shape": self._shape})
+            for part in range(PARTS):
+                labels = np.concatenate(self._labels[part]) if self._labels[part] else np.zeros(0, np.int32)
+                self._labels[part] = []
+                order = np.argsort(labels, kind="stable")
+                source = self._path(part)
+                if not self._files or not len(order):
+                    source.unlink(missing_ok=True)
+                    continue
+                if len(order) * PARTS <= 2 * rows:
+                    blocks = _arranged(np.fromfile(source, dtype="<f4").reshape(len(order), dimension), order)
+                else:  # a part far larger than its share: never whole in memory
+                    blocks = _gathered(source, (len(order), dimension), order)
+                for block in blocks:  # a block at a time: the codes' temporary arrays stay in cache
+                    handle.write(block.data)
+                    if scratch.shape != block.shape:
+                        scratch = np.empty(block.shape, np.float32)
+                    codes.write(encode(block, scale, scratch).data)
+                    done += len(block)
+                    step("writing", done / rows)
+                source.unlink()
+        sync(path.with_name("codes.npy"))
+
+
+def _arranged(matrix: np.ndarray, order: np.ndarray) -> Iterator[np.ndarray]:
+    """Rows `order` of `matrix`, ROW_BLOCK at a time."""
+    for start in range(0, len(order), ROW_BLOCK):
+        yield matrix[order[start : start + ROW_BLOCK]]
+
+
+def _gathered(path: Path, shape: tuple[int, int], order: np.ndarray) -> Iterator[np.ndarray]:
+    """Rows `order` of the raw float32 matrix in `path`, ROW_BLOCK at a time, through a released map."""
+    with Mapped(path) as mapped:
+        matrix = mapped.bytes().view("<f4").reshape(shape)
         for start in range(0, len(order), ROW_BLOCK):
-            block = matrix[order[start : start + ROW_BLOCK]]
+            yield matrix[order[start : start + ROW_BLOCK]]
             mapped.release()
-            handle.write(block.data)
-            codes.write(encode(block, scale).data)
-            step("writing", (start + len(block)) / len(order))
-    sync(path.with_name("codes.npy"))
-    file_order.unlink()
 
 
 def _rewrite_records(path: Path, lengths: np.ndarray, order: np.ndarray) -> None:
@@ -354,7 +427,8 @@ def _rewrite_records(path: Path, lengths: np.ndarray, order: np.ndarray) -> None
             steps[0] = starts[rows[0]]
             steps[places] = starts[rows[1:]] - (starts[rows[:-1]] + sizes[:-1] - 1)
             handle.write(records[np.cumsum(steps)].data)
-            mapped.release()
+            if first % (16 * ROW_BLOCK) == 0:  # at most 16 blocks of rows' pages held at a time
+                mapped.release()
     file_order.unlink()
 
 
@@ -371,14 +445,6 @@ class Mapped:
 
     def bytes(self) -> np.ndarray:
         return np.frombuffer(self._map, dtype=np.uint8) if self._map is not None else np.zeros(0, np.uint8)
-
-    def npy(self) -> np.ndarray:
-        """The map as the .npy array it holds."""
-        assert self._map is not None
-        header = io.BytesIO(self._map[:HEADER_BYTES * 4])
-        np.lib.format.read_magic(header)
-        shape, _, dtype = np.lib.format.read_array_header_1_0(header)
-        return np.frombuffer(self._map, dtype=dtype, count=int(np.prod(shape)), offset=header.tell()).reshape(shape)
 
     def release(self) -> None:
         if self._map is not None:
