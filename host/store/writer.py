@@ -69,8 +69,8 @@ class StoreWriter:
         self._vectors.write(b"\0" * HEADER_BYTES)
         self._records: BinaryIO = (building / "records.bin").open("wb")
         self._records_size = 0
-        self._text = TextIndexer(building, process_from=text_process_from)
         self._record_lengths = array("q")
+        self._text = TextIndexer(building, self._record_lengths, process_from=text_process_from)
         self._token_counts = array("q")
         self._tags: dict[str | None, int] = {None: 0}  # interned in order of first sight
         self._tag_numbers = array("H")
@@ -92,8 +92,8 @@ class StoreWriter:
         self._records.write(records)
         self._records.flush()  # the text index's process reads what is written
         self._records_size += len(records)
-        self._text.records_written(self._records_size)
         self._record_lengths.extend(map(len, packed))
+        self._text.records_written(self._records_size)
         self._token_counts.extend(block.token_counts)
         tags = self._tags
         self._tag_numbers.extend(tags.setdefault(tag, len(tags)) for tag in block.tags)
@@ -190,12 +190,17 @@ class StoreWriter:
         write_synced(folder / "meta.json", lambda handle: handle.write(json.dumps(meta).encode()))
 
 
+    def _blas_threads(self) -> int:
+        """Every core, but one left to the text index's process while it works."""
+        cores = os.cpu_count() or 1
+        return max(1, cores - 1) if self._text.busy() else cores
+
     def _plan(self, public: np.ndarray, step: Step, parts: RowParts) -> Layout:
         """The clustered layout of the vectors written so far (file order), every row also handed
         to `parts` as it is assigned; the vectors in file order are then deleted."""
         path = self.building / "embeddings.npy"
         with RowFile(path) as matrix:
-            layout = plan_layout(matrix, public, step=step, each_block=parts.add)
+            layout = plan_layout(matrix, public, step=step, each_block=parts.add, threads=self._blas_threads)
         parts.close()
         path.unlink()
         return layout
