@@ -30,6 +30,7 @@ import functools
 import itertools
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,7 @@ LAYOUT = "text_index.json"
 ALIGNMENT = 64
 DTYPES = ("|u1", "<i4", "<i8", "<f8")
 TOKENIZE_CHUNK = 4096  # rows tokenized at a time: their word strings are freed once numbered
+FINISH_ROWS = 65_536  # rows whose positions are keyed at a time when finishing a word index
 WORD_ARRAYS = ("words", "word_offsets", "term_offsets", "positions", "layout")
 VALUE_ARRAYS = ("values", "value_offsets", "value_ids", "numbers")
 
@@ -109,8 +111,12 @@ class SortedStrings(Sequence[bytes]):
 
 def sorted_strings_arrays(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """(data, offsets) for strings already sorted and distinct."""
+    offsets = np.zeros(len(strings) + 1, dtype=np.int64)
+    joined = "".join(strings)
+    if joined.isascii():  # a character is a byte: one encoding of the whole
+        np.cumsum(np.fromiter(map(len, strings), dtype=np.int64, count=len(strings)), out=offsets[1:])
+        return np.frombuffer(joined.encode("ascii"), dtype=np.uint8).copy(), offsets
     encoded = [string.encode("utf-8", "surrogatepass") for string in strings]
-    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum([len(item) for item in encoded], out=offsets[1:])
     return np.frombuffer(b"".join(encoded), dtype=np.uint8).copy(), offsets
 
@@ -156,6 +162,25 @@ class _Numbering(dict[str, int]):
         return number
 
 
+ROW_BREAK = "\0"  # between a chunk's texts; a word of its own after splitting (it is not a word character)
+# One character for one, so that str.translate keeps its fast path: NUL stays, every other
+# character that is not a word character becomes a space (as in words()).
+_ASCII_SPLIT = str.maketrans({chr(code): " " for code in range(1, 128) if not (chr(code).isalnum() or chr(code) == "_")})
+_WORD_OR_BREAK = re.compile(rf"\w+|{ROW_BREAK}")
+
+
+def chunk_words(texts: Sequence[str]) -> list[str] | None:
+    """The words of every text (as `words()` gives them) with ROW_BREAK between two texts; None when
+    a text holds ROW_BREAK itself. A chunk is split by a few calls over its joined text: calls per
+    text cost more than the splitting itself."""
+    joined = f" {ROW_BREAK} ".join(texts)
+    if joined.count(ROW_BREAK) != len(texts) - 1:
+        return None
+    if joined.isascii():
+        return joined.lower().translate(_ASCII_SPLIT).split()
+    return _WORD_OR_BREAK.findall(ROW_BREAK.join(map(fold, texts)))
+
+
 class WordIndexBuilder:
     """The word index of one field, fed the rows' texts chunk by chunk (see the module docstring).
 
@@ -163,70 +188,71 @@ class WordIndexBuilder:
     """
 
     def __init__(self) -> None:
-        self.numbering = _Numbering()
+        self.numbering = _Numbering({ROW_BREAK: 0})  # number 0 marks the end of a row, never a word
         self.lengths: list[np.ndarray] = []
         self.numbers: list[np.ndarray] = []
+        self._prepared: tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]] | None = None
 
     def add(self, texts: Sequence[str]) -> None:
-        found: list[str] = []
-        lengths = np.empty(len(texts), dtype=np.int64)
-        for row, text in enumerate(texts):
-            row_words = words(text)
-            lengths[row] = len(row_words)
-            found.extend(row_words)
-        self.lengths.append(lengths)
-        self.numbers.append(np.fromiter(map(self.numbering.__getitem__, found), dtype=np.int32, count=len(found)))
+        split = chunk_words(texts) if texts else None
+        if split is None:  # a text with a NUL in it (or none at all): text by text
+            for text in texts:
+                self._add_numbers([*words(text), ROW_BREAK])
+            return
+        found = split
+        found.append(ROW_BREAK)
+        self._add_numbers(found)
+
+    def _add_numbers(self, found: list[str]) -> None:
+        """`found`: words of whole rows, each row followed by ROW_BREAK."""
+        numbers = np.fromiter(map(self.numbering.__getitem__, found), dtype=np.int32, count=len(found))
+        breaks = np.flatnonzero(numbers == 0)
+        self.lengths.append(np.diff(breaks, prepend=-1) - 1)
+        self.numbers.append(numbers[numbers != 0] if len(breaks) < len(numbers) else numbers[:0])
+
+    def prepare(self) -> None:
+        """Everything of `finish` that does not depend on where rows will be stored (done once)."""
+        if self._prepared is not None:
+            return
+        lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, dtype=np.int64)
+        vocabulary, renumber = _sorted_numbering(self.numbering, row_break=True)
+        self.numbering = _Numbering()
+        term_ids = renumber.astype(np.int32)[np.concatenate(self.numbers)] if self.numbers else np.zeros(0, np.int32)
+        self.lengths, self.numbers = [], []
+        term_offsets = np.zeros(len(vocabulary) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(term_ids, minlength=len(vocabulary)), out=term_offsets[1:])
+        data, offsets = sorted_strings_arrays(vocabulary)
+        self._prepared = (lengths, term_ids, {"words": data, "word_offsets": offsets, "term_offsets": term_offsets})
 
     def finish(self, stored_row: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """The arrays; with `stored_row` (the place each row fed will have), rows are numbered as stored."""
-        lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, dtype=np.int64)
+        self.prepare()
+        assert self._prepared is not None
+        lengths, term_ids, arrays = self._prepared
+        self._prepared = None
         rows = len(lengths)
-        numbering = self.numbering
-        vocabulary = sorted(numbering)
-        renumber = np.empty(len(vocabulary), dtype=np.int64)
-        renumber[np.fromiter(map(numbering.__getitem__, vocabulary), dtype=np.int64, count=len(vocabulary))] = (
-            np.arange(len(vocabulary)))
-        self.numbering = _Numbering()
         longest = int(lengths.max()) if rows else 0
         shift = max(longest - 1, 0).bit_length()
         dtype = np.int32 if (rows << shift) <= np.iinfo(np.int32).max else np.int64
         key_bits = max(int(rows << shift).bit_length(), 1)
         # One sort by (word, position): the keys grow with the position already, so a sort of the
         # combined number leaves each word's positions in order.
-        words = int(lengths.sum())
-        combined = np.empty(words, dtype=np.int64)
-        counts = np.zeros(len(vocabulary), dtype=np.int64)
-        position, row = 0, 0
-        numbers_of_chunks, self.numbers = self.numbers, []
-        for chunk_lengths in self.lengths:
-            numbers = numbers_of_chunks.pop(0)
-            term_ids = renumber[numbers]
-            counts += np.bincount(term_ids, minlength=len(vocabulary))
-            row_of_word = np.repeat(np.arange(row, row + len(chunk_lengths), dtype=np.int64), chunk_lengths)
+        combined = np.empty(len(term_ids), dtype=np.int64)
+        ends = np.cumsum(lengths)
+        for first in range(0, rows, FINISH_ROWS):  # a chunk of rows at a time: small temporaries
+            chunk_lengths = lengths[first : first + FINISH_ROWS]
+            start, stop = int(ends[first] - lengths[first]), int(ends[first + len(chunk_lengths) - 1])
+            row_of_word = np.repeat(np.arange(first, first + len(chunk_lengths), dtype=np.int64), chunk_lengths)
             if stored_row is not None:
                 row_of_word = stored_row[row_of_word]
-            starts = np.cumsum(chunk_lengths) - chunk_lengths
-            in_row = np.arange(len(numbers), dtype=np.int64) - np.repeat(starts, chunk_lengths)
-            part = combined[position : position + len(numbers)]
-            np.left_shift(term_ids, key_bits, out=part)
+            in_row = np.arange(stop - start, dtype=np.int64) - np.repeat(np.cumsum(chunk_lengths) - chunk_lengths,
+                                                                        chunk_lengths)
+            part = combined[start:stop]
+            np.left_shift(term_ids[start:stop], key_bits, out=part, dtype=np.int64)
             part |= (row_of_word << shift) | in_row
-            position += len(numbers)
-            row += len(chunk_lengths)
-        self.lengths = []
         combined.sort()
         np.bitwise_and(combined, (1 << key_bits) - 1, out=combined)
-        positions = combined.astype(dtype)
-        del combined
-        term_offsets = np.zeros(len(vocabulary) + 1, dtype=np.int64)
-        np.cumsum(counts, out=term_offsets[1:])
-        data, offsets = sorted_strings_arrays(vocabulary)
-        return {
-            "words": data,
-            "word_offsets": offsets,
-            "term_offsets": term_offsets,
-            "positions": positions,
-            "layout": np.array([shift], dtype=np.int64),
-        }
+        return {**arrays, "positions": combined.astype(dtype), "layout": np.array([shift], dtype=np.int64)}
 
 
 def build_word_index(texts: Sequence[str]) -> dict[str, np.ndarray]:
@@ -267,25 +293,65 @@ class ValueIndexBuilder:
     def __init__(self) -> None:
         self.numbering = _Numbering()
         self.numbers: list[np.ndarray] = []
+        self._prepared: dict[str, np.ndarray] | None = None
 
     def add(self, values: Sequence[str]) -> None:
-        folded = [fold(value) for value in values]
+        joined = ROW_BREAK.join(values)
+        if joined.isascii() and joined.count(ROW_BREAK) == len(values) - 1 and values:
+            folded = joined.lower().split(ROW_BREAK)  # fold() of ASCII text is lower()
+        else:
+            folded = [fold(value) for value in values]
         self.numbers.append(np.fromiter(map(self.numbering.__getitem__, folded), dtype=np.int32, count=len(folded)))
+
+    def prepare(self) -> None:
+        """Everything of `finish` that does not depend on where rows will be stored (done once)."""
+        if self._prepared is not None:
+            return
+        distinct, renumber = _sorted_numbering(self.numbering)
+        self.numbering = _Numbering()
+        numbers = np.concatenate(self.numbers) if self.numbers else np.zeros(0, dtype=np.int32)
+        self.numbers = []
+        data, offsets = sorted_strings_arrays(distinct)
+        self._prepared = {"values": data, "value_offsets": offsets, "value_ids": renumber.astype(np.int32)[numbers],
+                          "numbers": sorted_as_numbers(distinct)}
 
     def finish(self, order: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """The arrays; with `order` (stored row -> row fed), values are listed as stored."""
-        distinct = sorted(self.numbering)
-        renumber = np.empty(len(distinct), dtype=np.int32)
-        renumber[np.fromiter(map(self.numbering.__getitem__, distinct), dtype=np.int64, count=len(distinct))] = (
-            np.arange(len(distinct), dtype=np.int32))
-        numbers = np.concatenate(self.numbers) if self.numbers else np.zeros(0, dtype=np.int32)
-        data, offsets = sorted_strings_arrays(distinct)
-        return {
-            "values": data,
-            "value_offsets": offsets,
-            "value_ids": renumber[numbers] if order is None else renumber[numbers[order]],
-            "numbers": np.array([as_number(value) for value in distinct], dtype=np.float64),
-        }
+        self.prepare()
+        assert self._prepared is not None
+        arrays, self._prepared = self._prepared, None
+        if order is not None:
+            arrays["value_ids"] = arrays["value_ids"][order]
+        return arrays
+
+
+def sorted_as_numbers(values: list[str]) -> np.ndarray:
+    """`as_number` of each of `values` (sorted): only those whose first character could begin a
+    number are tried, and sorted values that begin alike are neighbours, so most are never looked at."""
+    numbers = np.full(len(values), np.nan)
+    # ASCII up to '9' (spaces, signs, the point, digits), 'i'/'n' (inf, nan; folded values are
+    # lower case, but `as_number` decides), and everything beyond ASCII (other digits and spaces).
+    for low, high in (("", ":"), ("I", "J"), ("N", "O"), ("i", "j"), ("n", "o"), ("\x80", None)):
+        first = bisect.bisect_left(values, low)
+        last = len(values) if high is None else bisect.bisect_left(values, high)
+        numbers[first:last] = [as_number(value) for value in values[first:last]]
+    return numbers
+
+
+def _sorted_numbering(numbering: dict[str, int], *, row_break: bool = False) -> tuple[list[str], np.ndarray]:
+    """The keys of `numbering` sorted, and each number's place among them; with `row_break`, the
+    key numbered 0 (ROW_BREAK, which marks the end of a row and sorts before any word) is left out.
+
+    A numbering's keys are in the order of their numbers (each took the next), so sorting their
+    indexes by key gives both without looking every word up again."""
+    words = list(numbering)
+    places = sorted(range(len(words)), key=words.__getitem__)
+    if row_break:
+        assert places[0] == 0 and words[0] == ROW_BREAK
+        places = places[1:]
+    renumber = np.zeros(len(words), dtype=np.int64)
+    renumber[np.array(places, dtype=np.int64)] = np.arange(len(places))
+    return [words[place] for place in places], renumber
 
 
 def build_value_index(values: Sequence[str]) -> dict[str, np.ndarray]:
@@ -316,11 +382,22 @@ class TextIndexBuilder:
     def add(self, records: Iterable[dict[str, Any]]) -> None:
         iterator = iter(records)
         while chunk := list(itertools.islice(iterator, TOKENIZE_CHUNK)):
-            for field in INDEXED_FIELDS:
-                texts = [field_value(record, field, "") for record in chunk]
-                self.words[field].add(texts)
+            self.add_columns({field: _field_values(chunk, field) for field in INDEXED_FIELDS})
+
+    def add_columns(self, columns: Mapping[str, Sequence[str]]) -> None:
+        """The next rows, as each field's string of every row ("" where a row has none)."""
+        for field in INDEXED_FIELDS:
+            texts = columns[field]
+            for start in range(0, len(texts), TOKENIZE_CHUNK):
+                chunk = texts[start : start + TOKENIZE_CHUNK]
+                self.words[field].add(chunk)
                 if field in self.values:
-                    self.values[field].add(texts)
+                    self.values[field].add(chunk)
+
+    def prepare(self) -> None:
+        """What `finish` can do before the rows' order is known (vocabularies, value dictionaries)."""
+        for builder in (*self.words.values(), *self.values.values()):
+            builder.prepare()
 
     def finish(self, order: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """The arrays by file name (without `.npy`); with `order` (stored row -> row fed), for rows as stored."""
@@ -336,6 +413,21 @@ class TextIndexBuilder:
                 for part, array in self.values.pop(field).finish(order).items():
                     arrays[f"{PREFIX}{field}.{part}"] = array
         return arrays
+
+
+def _field_values(records: list[dict[str, Any]], field: str) -> list[str]:
+    """`field_value(record, field, "")` of every record: a compiled bit's record (a string text,
+    an info of strings) is read directly; any other shape goes through `field_value`."""
+    try:
+        if field == "text":
+            texts = [record["text"] for record in records]
+        else:
+            texts = [record["info"].get(field, "") for record in records]
+        if all(type(text) is str for text in texts):
+            return texts
+    except (KeyError, TypeError, AttributeError):
+        pass
+    return [field_value(record, field, "") for record in records]
 
 
 def build_text_index(records: Iterable[dict[str, Any]]) -> dict[str, np.ndarray]:

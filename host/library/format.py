@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+import msgspec
 import numpy as np
 import pybase64
 
@@ -227,6 +228,22 @@ class LibraryHeader:
     duplicates_dropped: int
 
 
+class WholeBit(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """A bit as the streaming reader's fast path decodes it (host/library/stream.py): only exact
+    JSON types, no unknown key. Whatever does not decode as one (or fails `check_decoded`) is
+    parsed again by the standard library and goes through every check, so it never changes a
+    result; msgspec refuses all that the standard library refuses here (over-long numbers, NaN,
+    lone surrogates, nesting), and keeps the last of duplicate keys as it does."""
+
+    text: str
+    embedding: str
+    token_count: int
+    info: dict[str, str | None]
+    access_tag: str | None = None
+    id: str | None = None  # ignored, as by the full checks
+    similarity: float | None = None  # ignored
+
+
 BLOCK = 1024  # bits checked at a time: numeric checks run on the block, a problem re-checks it bit by bit
 
 
@@ -255,6 +272,61 @@ class BitChecker:
         if fast is not None:
             return self._keep(fast)
         return self._keep([self._one(bit, f"bits[{first + offset}]") for offset, bit in enumerate(bits)])
+
+    def check_decoded(self, bits: list[WholeBit]) -> BitBlock | None:
+        """The next `bits`, decoded as `WholeBit`s, checked column by column; None (nothing counted)
+        when any of them needs the full checks: the caller then parses them again for `check`."""
+        folder_tag = self.folder_tag
+        raws: list[bytes] = []
+        ids: list[bytes] = []
+        records: list[dict[str, Any]] = []
+        tags: list[str | None] = []
+        decode = pybase64.b64decode
+        try:
+            for bit in bits:
+                info = bit.info
+                url = info.get("url")
+                tag = folder_tag if folder_tag is not None else bit.access_tag
+                if url is None or not url.strip() or not 0 <= bit.token_count <= MAX_TOKEN_COUNT or tag == "":
+                    return None
+                if None in info.values():
+                    info = {key: value for key, value in info.items() if value is not None}
+                raws.append(decode(bit.embedding, validate=True))
+                ids.append(canonical_digest(url, bit.text))
+                records.append({"text": bit.text, "info": info})
+                tags.append(tag)
+        except (binascii.Error, ValueError):  # bad base64, or text that is not UTF-8 (a lone surrogate)
+            return None
+        dimension = self.dimension or (len(raws[0]) // 4 if raws else 0)
+        if not dimension or any(len(raw) != 4 * dimension for raw in raws):
+            return None
+        matrix = np.frombuffer(b"".join(raws), dtype="<f4").reshape(len(raws), dimension)
+        if len(matrix) and not float(np.abs(matrix).max()) <= MAX_EMBEDDING_MAGNITUDE:
+            return None
+        self.dimension = dimension
+        self.read += len(bits)
+        kept = self._new(ids, tags)
+        counts = [bit.token_count for bit in bits]
+        if len(kept) == len(bits):
+            return BitBlock(matrix, counts, ids, records, tags)
+        return BitBlock(matrix[kept], [counts[row] for row in kept], [ids[row] for row in kept],
+                        [records[row] for row in kept], [tags[row] for row in kept])
+
+    def _new(self, ids: list[bytes], tags: list[str | None]) -> list[int]:
+        """Which of these bits are first copies (of their id and tag), remembering them.
+
+        One copy per tag: which copy a caller gets is decided per caller (ModelIndex), so a private
+        copy listed first never hides a public one."""
+        seen = self._seen
+        kept = []
+        for row, (bit_id, tag) in enumerate(zip(ids, tags, strict=True)):
+            key = bit_id if tag is None else bit_id + tag.encode()
+            if key in seen:
+                self.dropped += 1
+                continue
+            seen.add(key)
+            kept.append(row)
+        return kept
 
     def _fast(self, bits: list[Any]) -> list[_Bit] | None:
         checked: list[_Bit] = []
@@ -327,21 +399,9 @@ class BitChecker:
         return _Bit(vector, int(token_count), canonical_digest(info["url"], text), {"text": text, "info": info}, tag)
 
     def _keep(self, bits: Sequence[_Bit | None]) -> BitBlock:
-        # One copy per tag: which copy a caller gets is decided per caller (ModelIndex), so a
-        # private copy listed first never hides a public one.
-        kept = []
-        seen = self._seen
-        for bit in bits:
-            if bit is None:
-                continue
-            key = bit.id if bit.tag is None else bit.id + bit.tag.encode()
-            if key in seen:
-                self.dropped += 1
-                continue
-            seen.add(key)
-            kept.append(bit)
-        dimension = self.dimension or 0
-        vectors = np.empty((len(kept), dimension), dtype="<f4")
+        whole = [bit for bit in bits if bit is not None]
+        kept = [whole[row] for row in self._new([bit.id for bit in whole], [bit.tag for bit in whole])]
+        vectors = np.empty((len(kept), self.dimension or 0), dtype="<f4")
         for row, bit in enumerate(kept):
             vectors[row] = bit.vector
         return BitBlock(vectors, [bit.token_count for bit in kept], [bit.id for bit in kept],

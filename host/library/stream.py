@@ -20,6 +20,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import json
+import re
 import sys
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,13 +28,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import msgspec
+
 from host.library.format import (
     BLOCK,
+    BitBlock,
     BitChecker,
     BitSink,
     LibraryFormatError,
     LibraryHeader,
     Problems,
+    WholeBit,
     check_bits_into,
     check_top_level,
     parse_json,
@@ -44,6 +49,10 @@ WHOLE_FILE_LIMIT = 2 << 30  # the largest file read whole (json.loads holds ~2x 
 CUT_SHORT_SLACK = 16  # a parse failing this close to the end of the text read so far may just need more text
 WHITESPACE = " \t\n\r"
 Progress = Callable[[int], None]  # bytes of the file read so far
+# Between two bits: `}`, then a comma and the next `{`, with any whitespace (checked after a `}`).
+BETWEEN_BITS = re.compile(r"[ \t\n\r]*,[ \t\n\r]*\{")
+FAST_MISSES = 4  # blocks in a row that need the full parse before the fast path is left off for the file
+_DECODE_BITS = msgspec.json.Decoder(list[WholeBit]).decode
 
 
 def _refuse_constant(name: str) -> Any:
@@ -64,6 +73,7 @@ class StreamedFile:
         self.text = ""
         self.pos = 0
         self.bytes_before = 0  # bytes of the file before text[0]
+        self.chars_before = 0  # characters of the file before text[0]
         self.read_bytes = 0
         self.at_end = False
         self.bom_checked = False
@@ -94,6 +104,7 @@ class StreamedFile:
         if chunk:
             self._next = self._reader.submit(self._read_chunk)
         self.bytes_before += self._bytes_of(self.pos)
+        self.chars_before += self.pos
         try:
             decoded = self.decoder.decode(chunk, final=not chunk)
         except UnicodeDecodeError as problem:
@@ -166,6 +177,38 @@ class StreamedFile:
             self.reserve = max(self.reserve, 2 * (end - self.pos))
             self.pos = end
             return value
+
+    def characters(self) -> int:
+        """How many characters of the file come before the place reached."""
+        return self.chars_before + self.pos
+
+    def bits(self, size: int) -> tuple[list[WholeBit], int] | None:
+        """The whole bits in about the next `size` characters, decoded at once (msgspec, as typed
+        `WholeBit`s), and the place just past the last (`pos` itself is not moved); None where
+        that cannot be done (the next character is not a bit's `{`, no end of a bit in reach, or
+        any bit not a `WholeBit`): the caller then parses them one by one.
+
+        The span ends at a `}` followed by `,` and `{`, which may also occur inside a string or
+        close a nested object; the span (in brackets) then does not decode as a list of bits, so
+        a wrong guess costs a failed decode, never a wrong result.
+        """
+        if self.next_char() != "{":
+            return None
+        if len(self.text) - self.pos < size and not self.at_end:
+            self.more()
+        text, start = self.text, self.pos
+        end = text.rfind("}", start, start + size)
+        for _ in range(64):  # `}` that close an info object or sit in a text come before the right one
+            if end < start or BETWEEN_BITS.match(text, end + 1):
+                break
+            end = text.rfind("}", start, end)
+        if end < start:
+            return None
+        try:
+            bits = _DECODE_BITS("[" + text[start : end + 1] + "]")
+        except (msgspec.DecodeError, RecursionError):
+            return None
+        return bits, end + 1
 
     def _may_need_more(self, problem: json.JSONDecodeError) -> bool:
         return problem.pos >= len(self.text) - CUT_SHORT_SLACK or problem.msg.startswith("Unterminated string")
@@ -246,27 +289,48 @@ def _stream(path: Path, stream: StreamedFile, sink: BitSink, access_tag: str | N
 
 def _stream_bits(stream: StreamedFile, checker: BitChecker, sink: BitSink, top: Problems, below: Problems,
                  progress: Progress | None) -> None:
+    """The list of bits, a block at a time: decoded at once and checked column by column where every
+    bit is plainly whole (`StreamedFile.bits`, `BitChecker.check_decoded`), otherwise parsed by the
+    standard library one bit at a time and checked in full (`BitChecker.check`): same result."""
     stream.pos += 1  # the '['
     pending: list[Any] = []
+    block_size = 0  # characters of the last block of bits, whichever way it was read
+    misses = 0
 
-    def flush() -> None:
-        block = checker.check(pending)
-        pending.clear()
+    def deliver(block: BitBlock) -> None:
         if not top and not below:
             sink.add(block)
         if progress:
-            progress(stream.offset())
+            progress(stream.bytes_before + stream.pos)  # exact for ASCII text; near enough for a progress bar
 
     if stream.next_char() == "]":
         stream.pos += 1
         return
     while True:
+        if not pending and block_size and misses < FAST_MISSES:
+            decoded = stream.bits(block_size)
+            block = None if decoded is None else checker.check_decoded(decoded[0])
+            if decoded is not None and block is not None:
+                misses = 0
+                bits, end = decoded
+                block_size = (end - stream.pos) * BLOCK // len(bits)
+                stream.pos = end
+                deliver(block)
+                if stream.expect(",]", "',' or ']' after a bit") == "]":
+                    return
+                continue
+            misses += 1
+        if not pending:
+            start = stream.characters()
         pending.append(stream.value(f"bits[{checker.read + len(pending):,}]"))
         if len(pending) == BLOCK:
-            flush()
+            block_size = stream.characters() - start
+            deliver(checker.check(pending))
+            pending.clear()
         if stream.expect(",]", "',' or ']' after a bit") == "]":
             break
-    flush()
+    if pending:
+        deliver(checker.check(pending))
 
 
 def _finish(header: LibraryHeader | None, top: Problems, below: Problems, sha256: str) -> Streamed:

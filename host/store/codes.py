@@ -35,10 +35,16 @@ def code_scale(low: np.ndarray, high: np.ndarray) -> np.ndarray:
     return np.stack([low.astype(np.float32), step])
 
 
-def encode(rows: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """(rows, dimension) float32 -> uint8 codes: the nearest level of each value."""
-    levels = np.rint((rows - scale[0]) / scale[1])
-    codes: np.ndarray = np.clip(levels, 0, LEVELS).astype(np.uint8)
+def encode(rows: np.ndarray, scale: np.ndarray, scratch: np.ndarray | None = None) -> np.ndarray:
+    """(rows, dimension) float32 -> uint8 codes: the nearest level of each value. `scratch`, a
+    float32 array of the same shape, is worked in if given (fresh temporaries of megabytes cost
+    page faults on every call)."""
+    levels = scratch if scratch is not None and scratch.shape == rows.shape else np.empty(rows.shape, np.float32)
+    np.subtract(rows, scale[0], out=levels)
+    np.divide(levels, scale[1], out=levels)
+    np.rint(levels, out=levels)
+    np.clip(levels, 0, LEVELS, out=levels)
+    codes: np.ndarray = levels.astype(np.uint8)
     return codes
 
 

@@ -200,18 +200,18 @@ def compile_library(source: Path, folder: Path, *, name: str, access_tag: str | 
         try:
             streamed = stream_library(source, writer, access_tag=access_tag, problem_limit=1,
                                       progress=progress.read if progress else None)
+            if streamed.problems:
+                raise LibraryFormatError(streamed.problems[0])
+            assert streamed.header is not None  # no problem: the top level was checked
+            if not SourceKey(stat.st_size, stat.st_mtime_ns, "").matches_stat(source.stat()):
+                # Rewritten while we read it: the hash may not be of the bytes parsed, and one version's
+                # content must never be filed under another's hash. The next look reads it again.
+                raise OSError("the file changed while it was being read")
+            key = SourceKey(size=stat.st_size, mtime_ns=stat.st_mtime_ns, sha256=streamed.sha256)
+            writer.finish(streamed.header, key.__dict__, name, cluster_from=cluster_from,
+                          step=progress.step if progress else None)
         finally:
-            writer.close()
-        if streamed.problems:
-            raise LibraryFormatError(streamed.problems[0])
-        assert streamed.header is not None  # no problem: the top level was checked
-        if not SourceKey(stat.st_size, stat.st_mtime_ns, "").matches_stat(source.stat()):
-            # Rewritten while we read it: the hash may not be of the bytes parsed, and one version's
-            # content must never be filed under another's hash. The next look reads it again.
-            raise OSError("the file changed while it was being read")
-        key = SourceKey(size=stat.st_size, mtime_ns=stat.st_mtime_ns, sha256=streamed.sha256)
-        writer.finish(streamed.header, key.__dict__, name, cluster_from=cluster_from,
-                      step=progress.step if progress else None)
+            writer.close()  # files closed, and a text index process still running stopped
         _replace_folder(building, folder)
     return key
 

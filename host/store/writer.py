@@ -26,10 +26,12 @@ is sha256(message + sha256(public bits))).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import itertools
 import json
+import mmap
 import os
 import threading
 from array import array
@@ -39,17 +41,19 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import msgpack
+import msgspec
 import numpy as np
 
-from host.constraints.text_index import TextIndexBuilder, save_text_index
 from host.library.format import BitBlock, LibraryHeader
 from host.library.visibility import PUBLIC
 from host.store.clusters import CLUSTER_FROM, Layout, plan_layout
 from host.store.codes import code_scale, encode
 from host.store.sign_codes import pack_signs, words_for
+from host.store.text_process import TextIndexer
 
 STORE_FORMAT = 7  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json; 6: clustered layout; 7: this writer, codes
 ROW_BLOCK = 4096  # rows copied at a time when writing a permuted matrix (no second full copy)
+PARTS = 16  # the vectors are put in the layout's order through this many files (RowParts)
 HEADER_BYTES = 128  # the .npy header of any (rows, dimension) float32 array up to 10^15 rows
 Step = Callable[[str, float], None]  # (what is being done, fraction of it done)
 
@@ -57,14 +61,16 @@ Step = Callable[[str, float], None]  # (what is being done, fraction of it done)
 class StoreWriter:
     """A BitSink that builds a compiled folder in `building` (see the module docstring)."""
 
-    def __init__(self, building: Path) -> None:
+    def __init__(self, building: Path, *, text_process_from: int | None = None) -> None:
         self.building = building
         self.rows = 0
         self.dimension: int | None = None
         self._vectors: BinaryIO = (building / "embeddings.npy").open("wb")
         self._vectors.write(b"\0" * HEADER_BYTES)
         self._records: BinaryIO = (building / "records.bin").open("wb")
+        self._records_size = 0
         self._record_lengths = array("q")
+        self._text = TextIndexer(building, self._record_lengths, process_from=text_process_from)
         self._token_counts = array("q")
         self._tags: dict[str | None, int] = {None: 0}  # interned in order of first sight
         self._tag_numbers = array("H")
@@ -80,10 +86,14 @@ class StoreWriter:
             return
         vectors = np.ascontiguousarray(block.vectors, dtype="<f4")
         self.dimension = vectors.shape[1]
-        packed = [msgpack.packb(record) for record in block.records]
+        packed = list(map(_pack, block.records))
         self._vectors.write(vectors.data)
-        self._records.write(b"".join(packed))
+        records = b"".join(packed)
+        self._records.write(records)
+        self._records.flush()  # the text index's process reads what is written
+        self._records_size += len(records)
         self._record_lengths.extend(map(len, packed))
+        self._text.records_written(self._records_size)
         self._token_counts.extend(block.token_counts)
         tags = self._tags
         self._tag_numbers.extend(tags.setdefault(tag, len(tags)) for tag in block.tags)
@@ -93,21 +103,19 @@ class StoreWriter:
         low, high = vectors.min(axis=0), vectors.max(axis=0)
         self._low = low if self._low is None else np.minimum(self._low, low)
         self._high = high if self._high is None else np.maximum(self._high, high)
-        digest = self._public
-        for row, tag in enumerate(block.tags):
-            if not tag:
-                digest.update(block.ids[row] + np.int64(block.token_counts[row]).tobytes())
-                digest.update(vectors[row].tobytes() + packed[row])
+        self._public.update(public_bytes(vectors, block, packed))
         self.rows += len(block)
 
     def close(self) -> None:
         self._vectors.close()
         self._records.close()
+        self._text.close()
 
     def finish(self, header: LibraryHeader, source: dict[str, Any], name: str, *, cluster_from: int = CLUSTER_FROM,
                step: Step | None = None) -> None:
         """Write everything else and meta.json (last): `building` then holds a whole compiled folder."""
-        self.close()
+        self._vectors.close()
+        self._records.close()
         step = step or (lambda what, done: None)
         rows, dimension = self.rows, self.dimension or header.dimension or 0
         folder = self.building
@@ -118,15 +126,21 @@ class StoreWriter:
         _fix_npy_header(folder / "embeddings.npy", (rows, dimension))
         clustered = rows >= max(cluster_from, 1)
         scale = code_scale(self._low, self._high) if clustered and self._low is not None and self._high is not None else None
-        # The layout (BLAS, then reading and writing the vectors) runs on a thread of its own while
-        # this one reads the words of the records (Python): on two cores the two overlap.
-        layout_thread = _Background(lambda: self._lay_out(tag_ids == 0, scale, step) if clustered else None)
+        # The layout (BLAS) runs on a thread of its own while this one splits the records into
+        # words (Python), unless a second process does that already: on two cores they overlap.
+        parts = RowParts(folder)
+        layout_thread = _Background(lambda: self._plan(tag_ids == 0, step, parts) if clustered else None)
         step("indexing text", 0.0)
-        words = TextIndexBuilder()
-        words.add(stored_records(folder / "records.bin", lengths))
+        self._text.all_written(self._records_size)
         layout = layout_thread.result()
         order = None if layout is None else layout.order
-        step("writing", 1.0)
+        step("writing", 0.0)
+        if layout is not None:
+            write_synced(folder / "source_rows.npy", partial(np.save, arr=layout.order))
+        # The vectors are rewritten in the layout's order on a thread, beside the records here.
+        rewrite = _Background(lambda: parts.write(folder / "embeddings.npy", scale, step)
+                              if layout is not None and scale is not None else None)
+        self._text.finish("source_rows.npy" if layout is not None else None)
         record_offsets = np.zeros(rows + 1, dtype=np.int64)
         np.cumsum(lengths if order is None else lengths[order], out=record_offsets[1:])
         if order is not None:
@@ -149,13 +163,13 @@ class StoreWriter:
             "sign_codes": np.ascontiguousarray(arranged(signs).T),
         }
         if layout is not None and scale is not None:
-            arrays.update(source_rows=layout.order, centroids=layout.centroids, cluster_offsets=layout.offsets,
-                          code_scale=scale)
+            arrays.update(centroids=layout.centroids, cluster_offsets=layout.offsets, code_scale=scale)
         for array_name, values in arrays.items():
             write_synced(folder / f"{array_name}.npy", partial(np.save, arr=values))
-        sync(folder / "embeddings.npy")
         sync(folder / "records.bin")
-        save_text_index(words.finish(order), folder)
+        rewrite.result()
+        sync(folder / "embeddings.npy")
+        self._text.wait()
         message = header.details.get("message")
         public_digest = hashlib.sha256(message.encode() if isinstance(message, str) else b"\0")
         public_digest.update(self._public.digest())
@@ -176,13 +190,19 @@ class StoreWriter:
         write_synced(folder / "meta.json", lambda handle: handle.write(json.dumps(meta).encode()))
 
 
-    def _lay_out(self, public: np.ndarray, scale: np.ndarray | None, step: Step) -> Layout:
-        """The clustered layout, and the vectors (with their codes) rewritten in its order."""
-        folder = self.building
-        with RowFile(folder / "embeddings.npy") as matrix:
-            layout = plan_layout(matrix, public, step=step)
-        assert scale is not None
-        _rewrite_rows(folder / "embeddings.npy", layout.order, scale, step)
+    def _blas_threads(self) -> int:
+        """Every core, but one left to the text index's process while it works."""
+        cores = os.cpu_count() or 1
+        return max(1, cores - 1) if self._text.busy() else cores
+
+    def _plan(self, public: np.ndarray, step: Step, parts: RowParts) -> Layout:
+        """The clustered layout of the vectors written so far (file order), every row also handed
+        to `parts` as it is assigned; the vectors in file order are then deleted."""
+        path = self.building / "embeddings.npy"
+        with RowFile(path) as matrix:
+            layout = plan_layout(matrix, public, step=step, each_block=parts.add, threads=self._blas_threads)
+        parts.close()
+        path.unlink()
         return layout
 
 
@@ -207,6 +227,26 @@ class _Background:
         if not succeeded:
             raise value
         return value
+
+
+_pack = msgspec.msgpack.Encoder().encode  # the bytes msgpack.packb gives a record (tested), ~3x faster
+
+
+def public_bytes(vectors: np.ndarray, block: BitBlock, packed: list[bytes]) -> bytes:
+    """What the public digest reads of a block: for each public bit in turn, its id, its token
+    count (int64), its vector and its packed record."""
+    rows = [row for row, tag in enumerate(block.tags) if not tag]
+    if not rows:
+        return b""
+    width = vectors.shape[1] * 4
+    every = len(rows) == len(block)
+    vector_bytes = vectors.tobytes() if every else vectors[rows].tobytes()
+    count_bytes = np.asarray(block.token_counts if every else [block.token_counts[row] for row in rows], "<i8").tobytes()
+    parts: list[bytes] = []
+    for place, row in enumerate(rows):
+        parts += (block.ids[row], count_bytes[place * 8 : place * 8 + 8],
+                  vector_bytes[place * width : (place + 1) * width], packed[row])
+    return b"".join(parts)
 
 
 def largest_norm(vectors: np.ndarray) -> float:
@@ -290,42 +330,138 @@ def _fix_npy_header(path: Path, shape: tuple[int, int]) -> None:
         handle.write(header.getvalue())
 
 
-def _rewrite_rows(path: Path, order: np.ndarray, scale: np.ndarray, step: Step) -> None:
-    """`path` (a (rows, dimension) .npy in file order) rewritten as rows `order`, block by block,
-    and their 8-bit codes beside it (codes.npy)."""
-    file_order = path.with_name(".file-order.npy")
-    path.rename(file_order)
-    with RowFile(file_order) as matrix, path.open("wb") as handle, path.with_name("codes.npy").open("wb") as codes:
-        np.lib.format.write_array_header_1_0(handle, {"descr": "<f4", "fortran_order": False, "shape": matrix.shape})
-        np.lib.format.write_array_header_1_0(codes, {"descr": "|u1", "fortran_order": False, "shape": matrix.shape})
+class RowParts:
+    """The vectors put in the layout's order in two sequential passes instead of one scattered one.
+
+    While the rows are assigned (in file order), each block's rows go to one of `PARTS` files by
+    cluster range (clusters [k * C / PARTS, (k + 1) * C / PARTS)), in file order within each, with
+    their clusters kept here (4 bytes a row). Then each part is read whole, put in cluster order
+    (a stable sort: file order within a cluster, as the layout's `order`) and appended to the
+    final file with its codes. Memory holds one part, about 1/PARTS of the vectors; a part much
+    larger than that (clusters of very uneven sizes) is rewritten a block at a time instead.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._files: list[BinaryIO] = []
+        self._labels: list[list[np.ndarray]] = [[] for _ in range(PARTS)]
+        self._rows = [0] * PARTS
+        self._shape: tuple[int, int] = (0, 0)
+
+    def _path(self, part: int) -> Path:
+        return self.folder / f".part-{part:02d}.bin"
+
+    def add(self, rows: np.ndarray, labels: np.ndarray, clusters: int) -> None:
+        if not self._files:
+            self._files = [self._path(part).open("wb") for part in range(PARTS)]
+        part_of = labels * PARTS // clusters
+        by_part = np.argsort(part_of, kind="stable")
+        arranged, arranged_labels = rows[by_part], labels[by_part].astype(np.int32)
+        bounds = np.searchsorted(part_of[by_part], np.arange(PARTS + 1))
+        for part in np.flatnonzero(np.diff(bounds)).tolist():
+            first, last = int(bounds[part]), int(bounds[part + 1])
+            self._files[part].write(arranged[first:last].data)
+            self._labels[part].append(arranged_labels[first:last])
+            self._rows[part] += last - first
+        self._shape = (self._shape[0] + len(rows), rows.shape[1])
+
+    def close(self) -> None:
+        for handle in self._files:
+            handle.close()
+
+    def write(self, path: Path, scale: np.ndarray, step: Step) -> None:
+        """The final (rows, dimension) .npy at `path`, and codes.npy beside it; the parts are deleted."""
+        rows, dimension = self._shape
+        done = 0
+        scratch = np.empty((ROW_BLOCK, dimension), np.float32)
+        with path.open("wb") as handle, path.with_name("codes.npy").open("wb") as codes:
+            np.lib.format.write_array_header_1_0(handle, {"descr": "<f4", "fortran_order": False, "shape": self._shape})
+            np.lib.format.write_array_header_1_0(codes, {"descr": "|u1", "fortran_order": False, "shape": self._shape})
+            for part in range(PARTS):
+                labels = np.concatenate(self._labels[part]) if self._labels[part] else np.zeros(0, np.int32)
+                self._labels[part] = []
+                order = np.argsort(labels, kind="stable")
+                source = self._path(part)
+                if not self._files or not len(order):
+                    source.unlink(missing_ok=True)
+                    continue
+                if len(order) * PARTS <= 2 * rows:
+                    blocks = _arranged(np.fromfile(source, dtype="<f4").reshape(len(order), dimension), order)
+                else:  # a part far larger than its share: never whole in memory
+                    blocks = _gathered(source, (len(order), dimension), order)
+                for block in blocks:  # a block at a time: the codes' temporary arrays stay in cache
+                    handle.write(block.data)
+                    if scratch.shape != block.shape:
+                        scratch = np.empty(block.shape, np.float32)
+                    codes.write(encode(block, scale, scratch).data)
+                    done += len(block)
+                    step("writing", done / rows)
+                source.unlink()
+        sync(path.with_name("codes.npy"))
+
+
+def _arranged(matrix: np.ndarray, order: np.ndarray) -> Iterator[np.ndarray]:
+    """Rows `order` of `matrix`, ROW_BLOCK at a time."""
+    for start in range(0, len(order), ROW_BLOCK):
+        yield matrix[order[start : start + ROW_BLOCK]]
+
+
+def _gathered(path: Path, shape: tuple[int, int], order: np.ndarray) -> Iterator[np.ndarray]:
+    """Rows `order` of the raw float32 matrix in `path`, ROW_BLOCK at a time, through a released map."""
+    with Mapped(path) as mapped:
+        matrix = mapped.bytes().view("<f4").reshape(shape)
         for start in range(0, len(order), ROW_BLOCK):
-            # Rows of a block are read in file order (sorted), which the page cache and disk prefer.
-            wanted = order[start : start + ROW_BLOCK]
-            sorted_rows = np.sort(wanted)
-            block = matrix[sorted_rows][np.searchsorted(sorted_rows, wanted)]
-            handle.write(block.data)
-            codes.write(encode(block, scale).data)
-            step("writing", (start + len(wanted)) / len(order))
-    sync(path.with_name("codes.npy"))
-    file_order.unlink()
+            yield matrix[order[start : start + ROW_BLOCK]]
+            mapped.release()
 
 
 def _rewrite_records(path: Path, lengths: np.ndarray, order: np.ndarray) -> None:
-    """records.bin (file order) rewritten in the layout's order."""
+    """records.bin (file order) rewritten in the layout's order, a block of rows at a time."""
     file_order = path.with_name(".file-order.bin")
     path.rename(file_order)
     starts = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=starts[1:])
-    buffer = bytearray(int(lengths.max(initial=0)))
-    with file_order.open("rb") as source, path.open("wb") as handle:
-        fd, write = source.fileno(), handle.write
-        for row in order.tolist():
-            start, length = int(starts[row]), int(lengths[row])
-            view = memoryview(buffer)[:length]
-            if os.preadv(fd, [view], start) != length:
-                raise OSError(f"{file_order}: unexpected end of file at byte {start:,}")
-            write(view)
+    with Mapped(file_order) as mapped, path.open("wb") as handle:
+        records = mapped.bytes()
+        for first in range(0, len(order), ROW_BLOCK):
+            rows = order[first : first + ROW_BLOCK]
+            sizes = lengths[rows]
+            # The bytes of each row in turn: its start, then one more for each byte after it.
+            steps = np.ones(int(sizes.sum()), dtype=np.int64)
+            places = np.cumsum(sizes)[:-1]
+            steps[0] = starts[rows[0]]
+            steps[places] = starts[rows[1:]] - (starts[rows[:-1]] + sizes[:-1] - 1)
+            handle.write(records[np.cumsum(steps)].data)
+            if first % (16 * ROW_BLOCK) == 0:  # at most 16 blocks of rows' pages held at a time
+                mapped.release()
     file_order.unlink()
+
+
+class Mapped:
+    """A file mapped read-only, whose pages are let go of after each block (`release`): the page
+    cache keeps them, this process's resident memory does not grow with the file (a map of
+    scattered rows otherwise holds every page it touched)."""
+
+    def __init__(self, path: Path) -> None:
+        with path.open("rb") as handle:
+            self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if path.stat().st_size else None
+        if self._map is not None:
+            self._map.madvise(mmap.MADV_RANDOM)  # a fault maps its page, not the 15 around it
+
+    def bytes(self) -> np.ndarray:
+        return np.frombuffer(self._map, dtype=np.uint8) if self._map is not None else np.zeros(0, np.uint8)
+
+    def release(self) -> None:
+        if self._map is not None:
+            self._map.madvise(mmap.MADV_DONTNEED)
+
+    def __enter__(self) -> Mapped:
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        if self._map is not None:
+            with contextlib.suppress(BufferError):  # an array still views it: the map goes with the array
+                self._map.close()
 
 
 def write_synced(path: Path, write: Callable[[BinaryIO], object]) -> None:
