@@ -35,6 +35,7 @@ from benchmarks import (
     concurrency,
     constraints,
     encoding,
+    fidelity,
     fixtures,
     http_load,
     importing,
@@ -61,6 +62,7 @@ STEPS: list[Step] = [
     concurrency.STEP,
     peers.STEP,
     text_queries.STEP,
+    fidelity.STEP,
     importing.STEP,
     constraints.STEP,
 ]
