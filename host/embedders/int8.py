@@ -81,7 +81,7 @@ def build_int8_graph(weights: Mapping[str, np.ndarray], shape: BertShape, calibr
 def quantize(model: Any) -> bytes:
     """`quantize_dynamic` of an onnx ModelProto (step 4), as bytes."""
     from onnx import TensorProto
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization import QuantType, quantize_dynamic  # type: ignore[import-untyped]
 
     keep_float = [node.name for node in model.graph.node if node.name.endswith(OUTLIER_SUFFIX)]
     with tempfile.TemporaryDirectory(prefix="polymath-host-int8-") as directory, _quiet_quantizer():

@@ -221,12 +221,12 @@ class MiniLMEmbedder:
                     raise EmbedderError(problem)
             source = _source(self.source)
             encoder, counter = _tokenizers(read_model_file(source, TOKENIZER_FILE).decode("utf-8"))
-            weights = lambda: read_model_file(source, WEIGHTS_FILE)  # noqa: E731  # read only if a graph is built
-            if self.precision == "int8":
-                name, build = int8_graph_name(), lambda: _int8_graph(weights(), encoder)
-            else:
-                name, build = GRAPH_NAME, lambda: _graph(weights())
-            session, where = self._open(name, build)
+
+            def build() -> bytes:  # only when the cache does not have the graph: reads the 91 MB of weights
+                weights = read_model_file(source, WEIGHTS_FILE)
+                return _int8_graph(weights, encoder) if self.precision == "int8" else _graph(weights)
+
+            session, where = self._open(int8_graph_name() if self.precision == "int8" else GRAPH_NAME, build)
             self._encoder, self._counter, self._session = encoder, counter, session
             log.info("loaded %s (%s, %s) in %.2f s (graph %s)", MODEL, self.precision, self.device,
                      time.perf_counter() - started, where)

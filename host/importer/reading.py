@@ -17,7 +17,7 @@ from __future__ import annotations
 import multiprocessing
 import signal
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
@@ -67,7 +67,7 @@ def read_file(source: SourceFile, settings: ReadSettings, count_tokens: Callable
 
 def read_files(files: Sequence[SourceFile], settings: ReadSettings, count_tokens: Callable[[str], int],
                known: set[bytes], second_process: bool | None = None,
-               counter_for_process: Callable[[str], int] | None = None) -> Iterator[FileRead]:
+               counter_for_process: Callable[[str], int] | None = None) -> Generator[FileRead, None, None]:
     """Every file's `FileRead`, in order. `second_process`: True, False, or None: a second process when
     `counter_for_process` (a picklable counter) is given and at least SECOND_PROCESS_FROM files are new."""
     if counter_for_process is None or second_process is False:
