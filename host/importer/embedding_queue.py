@@ -24,7 +24,7 @@ import numpy as np
 from host.importer.cache import ImportCache
 from host.importer.embedding import GuardedEmbedder
 
-DEFAULT_WINDOW = 2048  # texts sorted together: ~4 s of reading, and runs of nearly equal length
+DEFAULT_WINDOW = 512  # texts sorted together: a second of reading, and calls of nearly equal length
 
 
 class EmbeddingQueue:
