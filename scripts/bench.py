@@ -35,6 +35,7 @@ from benchmarks import (
     concurrency,
     constraints,
     encoding,
+    fidelity,
     fixtures,
     http_load,
     http_query,
@@ -63,6 +64,7 @@ STEPS: list[Step] = [
     http_query.STEP,
     peers.STEP,
     text_queries.STEP,
+    fidelity.STEP,
     importing.STEP,
     constraints.STEP,
 ]

@@ -30,3 +30,12 @@ def minilm_embedder(minilm_cache_dir: Path) -> minilm.MiniLMEmbedder:
     local = minilm.MiniLMEmbedder(cache_dir=minilm_cache_dir, threads=0)
     local.load()
     return local
+
+
+@pytest.fixture(scope="session")
+def minilm_int8_embedder(minilm_cache_dir: Path) -> minilm.MiniLMEmbedder:
+    """The int8 model, its graph built (not found in the cache) into the session's cache."""
+    require_local_embedder()
+    local = minilm.MiniLMEmbedder(cache_dir=minilm_cache_dir, precision="int8", threads=0)
+    local.load()
+    return local

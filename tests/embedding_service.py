@@ -2,18 +2,23 @@
 
 It answers `POST .../embeddings` as OpenAI does, with vectors that depend only on the text (not
 unit length, so callers' normalisation is exercised) and `usage.prompt_tokens` = words. Tests
-script failures by queueing `Reply`s: a status and body, a hang, or a dropped connection. It
-records every request (headers and body) and the most requests it ever served at once.
+script failures by queueing `Reply`s: a status and body, a hang, or a dropped connection. Like a
+busy hosted service, it can also throttle and fail on its own: `max_in_flight` answers 429 with
+`Retry-After` to a request beyond that many at once, `flaky` fails a seeded share of requests
+with 500, 502, 503 or a dropped connection, and `policy` decides a reply from what was asked (a
+service that goes down after a while). It records every request (headers, body, and the status
+it got) and the most requests it ever served at once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import random
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -50,6 +55,25 @@ class Seen:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
+    status: int = 0  # what it was answered; 0: the connection was dropped (or not answered yet)
+
+
+@dataclass
+class Flaky:
+    """A seeded share of requests fails: half with a 5xx, half with a dropped connection."""
+
+    share: float
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self._chance = random.Random(self.seed)
+
+    def reply(self) -> Reply | None:
+        if self._chance.random() >= self.share:
+            return None
+        if self._chance.random() < 0.5:
+            return Reply(drop=True)
+        return Reply(self._chance.choice((500, 502, 503)), {"error": {"message": "the service is having a moment"}})
 
 
 class EmbeddingService:
@@ -61,6 +85,10 @@ class EmbeddingService:
         self.usage = True  # report usage.prompt_tokens
         self.encoding = "float"  # or "base64"
         self.shuffle = False  # answer data items in reverse order
+        self.max_in_flight: int | None = None  # throttle: 429 beyond this many requests at once
+        self.retry_after = "0.05"  # what a throttled request is told
+        self.flaky: Flaky | None = None
+        self.policy: Callable[[EmbeddingService, Seen], Reply | None] | None = None  # called under the lock
         self.in_flight = 0
         self.most_in_flight = 0
         self.released = threading.Event()  # set at shutdown: ends any hang at once
@@ -102,9 +130,16 @@ class EmbeddingService:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length))
+                seen = Seen(self.path, dict(self.headers), body)
                 with service._lock:
-                    service.requests.append(Seen(self.path, dict(self.headers), body))
-                    reply = service.script.popleft() if service.script else Reply()
+                    service.requests.append(seen)
+                    reply = service.script.popleft() if service.script else (
+                        (service.policy(service, seen) if service.policy else None)
+                        or (service.flaky.reply() if service.flaky else None) or Reply())
+                    throttled = service.max_in_flight is not None and service.in_flight >= service.max_in_flight
+                    if throttled:
+                        reply = Reply(429, {"error": {"message": "Rate limit reached: too many requests at once"}},
+                                      {"Retry-After": service.retry_after})
                     service.in_flight += 1
                     service.most_in_flight = max(service.most_in_flight, service.in_flight)
                 finished = False
@@ -117,8 +152,8 @@ class EmbeddingService:
                             finished = True
 
                 try:
-                    if service.delay or reply.hang:
-                        service.released.wait(service.delay + reply.hang)
+                    if (service.delay and not throttled) or reply.hang:  # a 429 comes at once
+                        service.released.wait(service.delay * (not throttled) + reply.hang)
                     if reply.drop:
                         self.close_connection = True
                         self.connection.close()
@@ -128,6 +163,7 @@ class EmbeddingService:
                     payload = reply.body if reply.body is not None else service.answer(body)
                     raw = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
                     finish()
+                    seen.status = reply.status
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(raw)))
@@ -149,6 +185,11 @@ class EmbeddingService:
         self.released.set()
         self._server.shutdown()
         self._server.server_close()
+
+    def answered(self) -> list[Seen]:
+        """The requests that got their vectors (status 200)."""
+        with self._lock:
+            return [seen for seen in self.requests if seen.status == 200]
 
 
 @contextmanager

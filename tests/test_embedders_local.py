@@ -9,8 +9,10 @@ counts. Needs the `embed` extra (part of `test`): skipped without it, except in 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import logging
+import pickle
 import shutil
 import struct
 import time
@@ -26,7 +28,7 @@ from host.embedders import EmbedderError, minilm
 from host.embedders.minilm import MiniLMEmbedder
 from host.embedders.safetensors_file import read_safetensors
 
-pytest_plugins = ["embedder_fixtures"]  # minilm_embedder, minilm_cache_dir
+pytest_plugins = ["embedder_fixtures"]  # minilm_embedder, minilm_int8_embedder, minilm_cache_dir
 
 PROJECT = Path(__file__).resolve().parents[1]
 SAMPLE_FILES = (PROJECT / "libraries" / "sample.json", PROJECT / "libraries" / "access" / "unpublished" / "drafts.json")
@@ -198,6 +200,24 @@ def test_runs_take_many_short_texts_and_few_long_ones() -> None:
     assert batching._batches(lengths) == [[1, 2, 3], [4, 0], [5], [6]]
 
 
+def test_without_bucketing_runs_take_the_texts_in_their_order() -> None:
+    batching = MiniLMEmbedder(batch_size=3, bucketing=False)
+    assert batching._batches([50, 10, 10, 10, 10, 60, 120]) == [[0, 1, 2], [3, 4, 5], [6]]
+
+
+def test_long_and_short_texts_mixed_come_back_in_their_order(embedder: MiniLMEmbedder) -> None:
+    texts = [QUERIES[0], " ".join(QUERIES), QUERIES[1], " ".join(QUERIES[:4]), QUERIES[2]]
+    together = embedder.embed(texts)  # three runs of different lengths
+    for text, row in zip(texts, together, strict=True):
+        assert np.abs(embedder.embed([text])[0] - row).max() < 1e-5
+
+
+def test_the_token_counter_counts_in_another_process_as_the_embedder_does(embedder: MiniLMEmbedder) -> None:
+    counter = pickle.loads(pickle.dumps(embedder.token_counter()))  # what the importer's second process gets
+    for text in ("", "hello world", QUERIES[3], "and it came to pass " * 100):
+        assert counter(text) == embedder.count_tokens(text)
+
+
 def test_construction_is_cheap_and_loading_is_lazy() -> None:
     fresh = MiniLMEmbedder()
     assert not fresh.loaded
@@ -259,6 +279,86 @@ def test_the_built_graph_is_cached_and_checked_before_use(
     assert "does not match its recorded SHA-256: building it again" in caplog.text
     assert np.array_equal(rebuilt.embed(["in the beginning"]), embedder.embed(["in the beginning"]))
     assert (minilm_cache_dir / minilm.GRAPH_NAME).read_bytes() == graph.read_bytes()  # repaired
+
+
+# ---------------------------------------------------------------- int8
+
+
+def test_int8_vectors_stay_near_the_stored_fp32_ones(minilm_int8_embedder: MiniLMEmbedder,
+                                                    sample_bits: SampleBits) -> None:
+    some = slice(None, None, 4)  # a quarter of the bits: enough to see a broken graph, quick
+    int8 = minilm_int8_embedder.embed(sample_bits.texts[some])
+    similarity = cosines(int8, sample_bits.vectors[some])
+    # docs/importing.md: min 0.997 over all 397; int8 kernels differ a little between CPUs.
+    assert similarity.min() >= 0.99 and np.median(similarity) >= 0.997
+    assert similarity.min() < 0.9999  # and it is not the fp32 graph under another name
+    (query,) = minilm_int8_embedder.embed(["a great fish swallowed the prophet"])
+    assert sample_bits.titles[top(sample_bits.vectors, query, k=1)[0]].startswith("Jonah 1:")
+
+
+def test_int8_counts_tokens_as_fp32_does(minilm_int8_embedder: MiniLMEmbedder, embedder: MiniLMEmbedder) -> None:
+    assert [minilm_int8_embedder.count_tokens(text) for text in QUERIES] == [embedder.count_tokens(t) for t in QUERIES]
+
+
+def test_the_int8_graph_is_cached_with_its_hash_and_a_damaged_one_is_rebuilt_never_run(
+    tmp_path: Path, minilm_int8_embedder: MiniLMEmbedder, minilm_cache_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = minilm.int8_graph_name()
+    assert not minilm_int8_embedder.graph_from_cache  # the fixture built it...
+    built = (minilm_cache_dir / name).read_bytes()  # ...and stored it, beside the fp32 graph, with its hash
+    assert (minilm_cache_dir / f"{name}.sha256").read_text() == hashlib.sha256(built).hexdigest()
+    assert (minilm_cache_dir / minilm.GRAPH_NAME).exists()
+    for file in (name, f"{name}.sha256"):
+        shutil.copy(minilm_cache_dir / file, tmp_path / file)
+    cached = MiniLMEmbedder(cache_dir=tmp_path, precision="int8")
+    cached.load()
+    assert cached.graph_from_cache
+    assert np.array_equal(cached.embed(["in the beginning"]), minilm_int8_embedder.embed(["in the beginning"]))
+
+    graph = tmp_path / name
+    with graph.open("r+b") as file:  # one byte flipped: still a loadable graph, with one weight wrong
+        file.seek(graph.stat().st_size // 2)
+        byte = file.read(1)
+        file.seek(-1, 1)
+        file.write(bytes([byte[0] ^ 0x01]))
+    rebuilt = MiniLMEmbedder(cache_dir=tmp_path, precision="int8")
+    rebuilt.load()
+    assert not rebuilt.graph_from_cache
+    assert "does not match its recorded SHA-256: building it again" in caplog.text
+    assert graph.read_bytes() == built  # the build is deterministic: the same graph again
+    assert np.array_equal(rebuilt.embed(["in the beginning"]), minilm_int8_embedder.embed(["in the beginning"]))
+
+
+@pytest.mark.parametrize(("precision", "device", "message"), [
+    ("int4", "cpu", "embedder precision must be one of fp32, int8, not 'int4'"),
+    ("fp32", "tpu", "embedder device must be one of cpu, cuda, not 'tpu'"),
+    ("int8", "cuda", "int8 runs on the CPU only"),
+])
+def test_a_precision_or_device_it_cannot_run_is_refused_in_one_line(precision: str, device: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        MiniLMEmbedder(precision=precision, device=device)
+
+
+def test_cuda_embeds_as_the_cpu_does_where_a_cuda_device_is_present(
+    embedder: MiniLMEmbedder, sample_bits: SampleBits, minilm_cache_dir: Path
+) -> None:
+    import onnxruntime  # type: ignore[import-untyped]
+
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        # Not a CI component: CI machines have no GPU. Skipped wherever onnxruntime-gpu or CUDA is absent.
+        pytest.skip("needs onnxruntime-gpu and a CUDA device")
+    cuda = MiniLMEmbedder(cache_dir=minilm_cache_dir, device="cuda")
+    similarity = cosines(cuda.embed(sample_bits.texts[:50]), embedder.embed(sample_bits.texts[:50]))
+    assert similarity.min() > 0.99999
+
+
+def test_without_a_cuda_device_cuda_is_one_clear_error(minilm_cache_dir: Path) -> None:
+    import onnxruntime
+
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        pytest.skip("this machine has onnxruntime-gpu")
+    with pytest.raises(EmbedderError, match=r"device cuda needs onnxruntime-gpu .* and a CUDA device"):
+        MiniLMEmbedder(cache_dir=minilm_cache_dir, device="cuda").load()
 
 
 def test_a_missing_model_file_is_one_clear_error(tmp_path: Path) -> None:

@@ -35,9 +35,11 @@ class Opener:
     def __init__(self, embedder: Any = None) -> None:
         self.embedder = embedder or HashingEmbedder()
         self.asked: list[tuple[str | None, str | None, str | None]] = []
+        self.how: list[dict[str, str]] = []  # precision and device asked for
 
-    def __call__(self, model: str | None, url: str | None, name: str | None) -> Any:
+    def __call__(self, model: str | None, url: str | None, name: str | None, **how: str) -> Any:
         self.asked.append((model, url, name))
+        self.how.append(how)
         return self.embedder
 
 
@@ -226,6 +228,36 @@ def test_a_model_with_no_local_embedder_is_refused_in_one_line():
         cli.open_embedder("someone:else", None, None)
 
 
-def test_the_default_embedder_is_the_local_minilm_on_every_core(minilm_embedder):
+def test_the_default_embedder_is_the_local_minilm_in_fp32_one_run_per_core(minilm_embedder):
     embedder = cli.open_embedder(None, None, None)  # the fixture has made sure the `embed` extra is here
-    assert (embedder.model, embedder.dimension, embedder.threads) == ("sentence-transformers:all-MiniLM-L6-v2", 384, 0)
+    assert (embedder.model, embedder.dimension, embedder.precision) == ("sentence-transformers:all-MiniLM-L6-v2",
+                                                                       384, "fp32")
+    # One thread per model run, as many runs at once as there are cores.
+    assert embedder.threads == 1 and cli.default_concurrency(embedder) == len(os.sched_getaffinity(0))
+
+
+def test_the_local_models_precision_and_device_are_asked_for_by_option(site):
+    opener = Opener()
+    polymath_import("site", "--out", "site.json", "--embedder-precision", "int8", opener=opener)
+    assert opener.how == [{"precision": "int8", "device": "cpu"}]
+    assert cli.open_embedder(None, None, None, precision="int8").precision == "int8"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--embedder-precision", "int8", "--embedder-url", "http://127.0.0.1:9/v1", "--embedder-model", "m"],
+     "--embedder-precision and --embedder-device choose how the local model runs"),
+    (["--embedder-precision", "int8", "--embedder-device", "cuda"], "int8 runs on the CPU only"),
+    (["--embedder-concurrency", "0"], "--embedder-concurrency: must be at least 1, got 0"),
+])
+def test_embedder_options_that_cannot_work_are_one_line(site, capsys, argv, message):
+    code = cli.main(["site", "--out", "site.json", *argv])
+    assert code == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: ") and message in line
+    assert not Path("site.json").exists()
+
+
+def test_a_service_gets_several_requests_at_once_and_an_import_is_patient_with_it():
+    embedder = cli.open_embedder(None, "http://127.0.0.1:9/v1", "m")
+    assert cli.default_concurrency(embedder) == cli.REMOTE_CONCURRENCY > 1
+    assert embedder.retries == cli.REMOTE_RETRIES and embedder.max_retry_after == cli.REMOTE_MAX_RETRY_AFTER

@@ -16,7 +16,7 @@ from host.importer import ImportOptions, import_library
 from host.importer.pipeline import DEFAULT_CHUNK_TOKENS
 from host.library.format import decode_embedding
 
-pytest_plugins = ["embedder_fixtures"]  # minilm_embedder: loaded once, all cores; required in CI
+pytest_plugins = ["embedder_fixtures"]  # minilm_embedder, minilm_int8_embedder: loaded once; required in CI
 
 # Each fact asked for in other words: the model, not shared words, has to find it.
 QUESTIONS = {
@@ -60,3 +60,18 @@ def test_served_by_a_real_host_each_fact_is_found_by_a_question_in_words(tmp_pat
         best = answer.json()["bits"][0]
         assert FACTS[kind] in best["text"], (kind, best["text"][:80])
         assert best["info"]["url"].startswith(("https://example.com/", "https://harbour.example/"))
+
+
+def test_an_int8_import_says_so_in_the_library_and_still_answers_questions(tmp_path, minilm_int8_embedder):
+    site = write_corpus(tmp_path / "site")
+    out = tmp_path / "libraries" / "site.json"
+    import_library([site], out, minilm_int8_embedder, ImportOptions(base_url="https://example.com/"), say=print)
+
+    assert validate_paths([out], say=print) == 0
+    library = json.loads(out.read_text())
+    assert library["details"] == {"embedding_precision": "int8"}
+    bits = library["bits"]
+    matrix = np.stack([decode_embedding(bit["embedding"]) for bit in bits])
+    for kind, question in QUESTIONS.items():
+        best = int(np.argmax(matrix @ minilm_int8_embedder.embed([question])[0]))
+        assert FACTS[kind] in bits[best]["text"], (kind, bits[best]["text"][:80])

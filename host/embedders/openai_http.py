@@ -11,8 +11,12 @@ Invariants:
 - every error is an `EmbedderError` (`EmbedderTimeout` for a timeout) with one line naming the
   service (scheme, host, port, path; never user:password@ or the query string), the HTTP status
   and the service's own message;
-- connection failures, 429 and 5xx are retried with exponential backoff (honouring a short
-  Retry-After); other 4xx, bad JSON, wrong counts or dimensions are not: retrying cannot fix them;
+- connection failures, 429 and 5xx are retried with exponential backoff (with jitter, so
+  concurrent callers do not retry in step), honouring Retry-After (seconds or an HTTP date, up
+  to `max_retry_after`); other 4xx, bad JSON, wrong counts or dimensions are not: retrying cannot
+  fix them;
+- a Retry-After pauses every request of this embedder, not only the one that got it: when the
+  importer sends several batches at once, none of them hammers a service that asked for a rest;
 - a timeout is not retried either: the caller's time limit is the budget, and a hung service
   would only eat it;
 - every returned row has the dimension learned from the first answer (or given) and unit length
@@ -31,12 +35,14 @@ import http.client
 import json
 import logging
 import os
+import random
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from email.message import Message
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -95,7 +101,8 @@ class OpenAIEmbedder:
         `model`: the library model id served (default `openai.com:<remote_model>`). `dimension`:
         expected vector size (default: learned from the first answer). `key`: default from the
         environment. `timeout`: seconds per HTTP request. `retries`: further attempts after a
-        retryable failure, `backoff` seconds before the first, doubling after."""
+        retryable failure, `backoff` seconds before the first, doubling after (the query path's
+        defaults give up within seconds; `polymath-host import` waits far longer)."""
         if not remote_model.strip():
             raise ValueError("embedder model name must not be empty")
         if dimension is not None and dimension < 1:
@@ -115,6 +122,7 @@ class OpenAIEmbedder:
         self._dimension = dimension
         self._lock = threading.Lock()
         self._token_counts: LRUCache[str, int] = LRUCache(maxsize=4096)  # learned from one-text answers
+        self._resume_at = 0.0  # time.monotonic() before which no request is sent (a Retry-After)
 
     def __repr__(self) -> str:
         return f"OpenAIEmbedder({self.service!r}, {self.remote_model!r}, model={self.model!r})"
@@ -174,6 +182,7 @@ class OpenAIEmbedder:
             headers["Authorization"] = f"Bearer {self._key}"
         for attempt in range(self.retries + 1):
             retry_after: float | None = None
+            self._wait_for_resume()
             request = urllib.request.Request(self.endpoint, data=body, headers=headers, method="POST")
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
@@ -200,12 +209,21 @@ class OpenAIEmbedder:
                     raise EmbedderError(f"embedding service {self.service} answered with invalid JSON") from None
             if attempt == self.retries:
                 raise EmbedderError(problem)
-            delay = self.backoff * 2**attempt
+            # Jitter: concurrent calls that failed together do not all come back at the same moment.
+            delay = self.backoff * 2**attempt * (0.5 + random.random() / 2)
             if retry_after is not None:
                 delay = max(delay, min(retry_after, self.max_retry_after))
+                with self._lock:  # the service asked for a rest: every request of this embedder waits
+                    self._resume_at = max(self._resume_at, time.monotonic() + delay)
             log.warning("%s; retry %d of %d in %.2f s", problem, attempt + 1, self.retries, delay)
             time.sleep(delay)
         raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _wait_for_resume(self) -> None:
+        with self._lock:
+            pause = self._resume_at - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
 
     def _vectors(self, answer: Any, expected: int) -> np.ndarray:
         data = answer.get("data") if isinstance(answer, dict) else None
@@ -294,11 +312,21 @@ def _prompt_tokens(answer: Any) -> int | None:
 
 
 def _retry_after(headers: Message | None) -> float | None:
+    """Retry-After in seconds from now: a number of seconds or an HTTP date; None if absent or garbled."""
     value = headers.get("Retry-After") if headers is not None else None
+    if value is None:
+        return None
     try:
-        return max(0.0, float(value)) if value is not None else None
+        return max(0.0, float(value))
     except ValueError:
-        return None  # an HTTP date: fall back to our own backoff
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 def _read_quietly(error: urllib.error.HTTPError) -> bytes:

@@ -250,6 +250,8 @@ def build_embedders(
     embedder_dimension: int | None = None,
     *,
     cache_dir: Path | None = None,
+    precision: str = "fp32",
+    device: str = "cpu",
     concurrency: int = 2,
     timeout: float = 10.0,
     cache_entries: int = 1024,
@@ -260,7 +262,8 @@ def build_embedders(
     `embedder_model` NAME adds the OpenAI-compatible embedder at `embedder_url` (default OpenAI's
     API), serving `embedder_library_model` (default `openai.com:NAME`) with vectors of
     `embedder_dimension` (default: learned from its first answer). `cache_dir`: where the local
-    model keeps its built graph (default: the user's cache). ValueError: bad settings."""
+    model keeps its built graphs (default: the user's cache); `precision` (fp32, int8) and `device`
+    (cpu, cuda): how it runs. ValueError: bad settings."""
     if embedder not in EMBEDDER_CHOICES:
         raise ValueError(f"embedder must be one of {', '.join(EMBEDDER_CHOICES)}, not {embedder!r}")
     remote = embedder_url is not None or embedder_model is not None or embedder_library_model is not None
@@ -269,10 +272,11 @@ def build_embedders(
             raise ValueError("embedder 'none' turns text queries off: do not also give an embedder URL or model")
         log.info("text queries are off (embedder none)")
         return Embedders(concurrency=concurrency, timeout=timeout, cache_entries=cache_entries, stats=stats)
+    minilm.check_choice(precision, device)
     chosen: dict[str, Embedder] = {}
     problem = minilm.missing_requirement()
     if problem is None:
-        chosen[minilm.MODEL] = minilm.MiniLMEmbedder(cache_dir=cache_dir)
+        chosen[minilm.MODEL] = minilm.MiniLMEmbedder(cache_dir=cache_dir, precision=precision, device=device)
     else:
         log.info("no text queries for %s: %s", minilm.MODEL, problem)
     if remote:

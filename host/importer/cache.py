@@ -1,9 +1,11 @@
 """What an import already computed, kept next to the output so that a re-run redoes only what changed.
 
 A SQLite file (`<out>.embeddings-cache.sqlite` by default) with two tables:
-- `vectors`: (model, SHA-256 of a chunk's text) -> its float32 vector. Each batch is stored as soon
-  as it is embedded, so an interrupted run loses nothing it paid for. A vector of the wrong
-  dimension (the model id now served by another model) counts as absent.
+- `vectors`: (model, SHA-256 of a chunk's text) -> its float32 vector. `model` is the embedder's
+  vector space (`embedding.vector_space`: the model id, `#int8` added for the local model's int8).
+  Each call's vectors are stored as soon as they are embedded, so an interrupted run loses nothing
+  it paid for. A vector of the wrong dimension (the model id now served by another model) counts
+  as absent.
 - `files`: a key naming everything a file's chunks depend on (its bytes, its path and kind, the
   base URL, the budget, the model, and the importer's own code and parser versions: see
   `pipeline.file_key`) -> those chunks, so an unchanged file is neither parsed nor counted again.
@@ -87,6 +89,12 @@ class ImportCache:
                 "INSERT OR REPLACE INTO vectors (model, text_sha256, vector) VALUES (?, ?, ?)",
                 [(self.model, key, np.asarray(vector, dtype="<f4").tobytes()) for key, vector in items],
             )
+
+    def file_keys(self) -> set[bytes]:
+        """The keys of every file whose chunks are stored."""
+        if self._connection is None:
+            return set()
+        return {bytes(key) for (key,) in self._connection.execute("SELECT key FROM files")}
 
     def get_file(self, key: bytes) -> str | None:
         """The chunks stored for a file key (as `put_file` was given them), or None."""

@@ -2,7 +2,8 @@
 
 `register(subparsers)` adds the command to the host's parser (as `access.cli` does); `main(argv)`
 runs it standalone (`python -m host.importer`). The embedder comes from `open_embedder`, the one
-place that maps --model / --embedder-url / --embedder-model to an embedder. Exit codes: 0 done;
+place that maps --model / --embedder-url / --embedder-model / --embedder-precision /
+--embedder-device to an embedder. Exit codes: 0 done;
 1 an error (the old output untouched) or some files could not be read (the library was written
 from the others: a publisher's script notices); 130 interrupted (the old output untouched);
 2 a usage error.
@@ -11,6 +12,7 @@ from the others: a publisher's script notices); 130 interrupted (the old output 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -18,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from host.embedders import minilm
-from host.embedders.errors import NoEmbedder
-from host.embedders.service import build_embedders
+from host.embedders.openai_http import OpenAIEmbedder
+from host.embedders.service import OPENAI_URL
 from host.importer.embedding import Embedder, chunk_limit_warning
 from host.importer.errors import ImporterError
 from host.importer.pipeline import (
@@ -33,6 +35,9 @@ from host.importer.pipeline import (
 from host.importer.progress import BarProgress, wants_bar
 
 CACHE_SUFFIX = ".embeddings-cache.sqlite"
+REMOTE_CONCURRENCY = 4  # requests in flight to an embedding service, by default
+# An import waits out a busy service (a query cannot): 8 retries, up to a minute each when asked.
+REMOTE_RETRIES, REMOTE_BACKOFF, REMOTE_MAX_RETRY_AFTER, REMOTE_TIMEOUT = 8, 1.0, 60.0, 60.0
 _TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 DESCRIPTION = """\
@@ -58,13 +63,16 @@ examples:
       --embedder-url http://localhost:11434/v1 --embedder-model nomic-embed-text --chunk-tokens 500"""
 
 
-def open_embedder(model: str | None, embedder_url: str | None, embedder_model: str | None) -> Embedder:
-    """The embedder `import` uses, from --model / --embedder-url / --embedder-model.
+def open_embedder(model: str | None, embedder_url: str | None, embedder_model: str | None, *,
+                  precision: str = "fp32", device: str = "cpu") -> Embedder:
+    """The embedder `import` uses, from --model / --embedder-url / --embedder-model and, for the local
+    model, --embedder-precision / --embedder-device.
 
     The same embedders `serve` keeps (host.embedders), so that text queries land in the library's
     vector space: the built-in local MiniLM, or the OpenAI-compatible service serving library model
-    `model` (default `openai.com:<embedder_model>`). The local one runs on every core here: an
-    import is a batch job, where `serve` gives each query one thread.
+    `model` (default `openai.com:<embedder_model>`), which an import lets take its time: retried
+    patiently on 429 and 5xx, honouring Retry-After. The local one runs one thread per model run
+    (an import runs one per core at once: `default_concurrency`), where `serve` gives each query one.
     """
     remote = embedder_url is not None or embedder_model is not None
     wanted = model or (f"openai.com:{embedder_model}" if embedder_model else minilm.MODEL)
@@ -75,18 +83,31 @@ def open_embedder(model: str | None, embedder_url: str | None, embedder_model: s
         problem = minilm.missing_requirement()
         if problem:
             raise ImporterError(f"--model {wanted}: {problem}")
-        return minilm.MiniLMEmbedder(threads=0)
+        try:
+            return minilm.MiniLMEmbedder(precision=precision, device=device, threads=1)
+        except ValueError as problem:
+            raise ImporterError(f"--embedder-precision/--embedder-device: {problem}") from None
+    if (precision, device) != ("fp32", "cpu"):
+        raise ImporterError("--embedder-precision and --embedder-device choose how the local model runs; "
+                            "an embedding service runs its own model")
+    if not embedder_model:
+        raise ImporterError("--embedder-url needs --embedder-model NAME (the model that service knows)")
     try:
-        registry = build_embedders("auto", embedder_url, embedder_model, model)
+        return OpenAIEmbedder(embedder_url or OPENAI_URL, embedder_model, model=wanted, timeout=REMOTE_TIMEOUT,
+                              retries=REMOTE_RETRIES, backoff=REMOTE_BACKOFF, max_retry_after=REMOTE_MAX_RETRY_AFTER)
     except ValueError as problem:
         raise ImporterError(f"--embedder-url/--embedder-model: {problem}") from None
-    try:
-        return registry.get(wanted)
-    except NoEmbedder:
-        raise ImporterError(f"--model {wanted}: no embedder serves it") from None
 
 
-EmbedderOpener = Callable[[str | None, str | None, str | None], Embedder]
+def default_concurrency(embedder: Embedder) -> int:
+    """Calls to the embedder at once: one per usable core for the local model (each run on one thread:
+    faster than one run on every core, whose threads wait on each other), a few for a service."""
+    if isinstance(embedder, minilm.MiniLMEmbedder) and embedder.device == "cpu":
+        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    return REMOTE_CONCURRENCY if isinstance(embedder, OpenAIEmbedder) else 1
+
+
+EmbedderOpener = Callable[..., Embedder]  # open_embedder's signature
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -111,12 +132,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="embed through an OpenAI-compatible /v1/embeddings service (key from "
                              "POLYMATH_EMBEDDER_KEY or OPENAI_API_KEY)")
     parser.add_argument("--embedder-model", metavar="NAME", help="the model name that service knows")
+    parser.add_argument("--embedder-precision", choices=minilm.PRECISIONS, default=minilm.DEFAULT_PRECISION,
+                        help=f"the local model's precision (default {minilm.DEFAULT_PRECISION}): int8 embeds about "
+                             "twice as fast on a CPU, with vectors slightly apart from fp32 ones (docs/importing.md); "
+                             "the library records it")
+    parser.add_argument("--embedder-device", choices=minilm.DEVICES, default="cpu",
+                        help="where the local model runs (default cpu; cuda needs onnxruntime-gpu and a CUDA device, "
+                             "fp32 only)")
+    parser.add_argument("--embedder-concurrency", type=int, metavar="N",
+                        help="calls to the embedder at once (default: one per core for the local model, "
+                             f"{REMOTE_CONCURRENCY} requests in flight for a service)")
     parser.add_argument("--chunk-tokens", type=int, default=DEFAULT_CHUNK_TOKENS, metavar="N",
                         help=f"largest chunk, in the model's tokens (default {DEFAULT_CHUNK_TOKENS}: all of it "
                              "is embedded by MiniLM, which reads 254 tokens of text; raise it for "
                              "models with a longer window)")
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, metavar="N",
-                        help=f"chunks per call to the embedder (default {DEFAULT_BATCH_SIZE})")
+                        help=f"chunks per call to the embedder (default {DEFAULT_BATCH_SIZE}; chunks of similar "
+                             "length go together)")
     parser.add_argument("--cache", type=Path, metavar="FILE",
                         help=f"the embeddings cache (default: the output's path + {CACHE_SUFFIX})")
     parser.add_argument("--no-cache", action="store_true", help="embed every chunk, keep no cache")
@@ -181,14 +213,18 @@ def import_command(args: argparse.Namespace, open_embedder: EmbedderOpener = ope
         out, access_tag = resolve_output(args.out, args.access_tag, args.libraries)
         if args.embedder_url and not args.embedder_model:
             raise ImporterError("--embedder-url needs --embedder-model NAME (the model that service knows)")
+        if args.embedder_concurrency is not None and args.embedder_concurrency < 1:
+            raise ImporterError(f"--embedder-concurrency: must be at least 1, got {args.embedder_concurrency}")
         model = args.model or (f"openai.com:{args.embedder_model}" if args.embedder_url else None)
-        embedder = open_embedder(model, args.embedder_url, args.embedder_model)
+        embedder = open_embedder(model, args.embedder_url, args.embedder_model, precision=args.embedder_precision,
+                                 device=args.embedder_device)
         warning = chunk_limit_warning(embedder.model, args.chunk_tokens)
         if warning:
             _say(warning)
         cache = None if args.no_cache else (args.cache or out.with_name(out.name + CACHE_SUFFIX))
         options = ImportOptions(base_url=args.base_url, chunk_tokens=args.chunk_tokens, batch_size=args.batch_size,
-                                cache=cache, access_tag=access_tag)
+                                cache=cache, access_tag=access_tag,
+                                concurrency=args.embedder_concurrency or default_concurrency(embedder))
         progress: Progress = BarProgress() if wants_bar(args.quiet) else NoProgress()
         report = import_library(args.sources, out, embedder, options, progress, _say)
     except ImporterError as problem:

@@ -2,13 +2,18 @@
 
 `GuardedEmbedder` wraps any embedder: whatever it raises (a service down, a timeout, a model that
 will not load) becomes `EmbedderFailed`, which stops the import, and a wrong shape or a NaN from it
-is caught before it reaches a library. `chunk_limit_warning` says when chunks would be longer than
-the model reads.
+is caught before it reaches a library. `GuardedCounter` does the same for a token counter another
+process runs. `chunk_limit_warning` says when chunks would be longer than the model reads.
+
+An embedder may say more than the shared interface: its `precision` (the local model: fp32 or
+int8), which is recorded in the library and keeps the cached vectors of each precision apart
+(`vector_space`), and a picklable `token_counter()`, which lets files be read and chunked in a
+second process while it embeds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -39,12 +44,40 @@ class EmbedderFailed(ImporterError):
     """The embedder (not a file) failed: the import stops, whichever file it was working on."""
 
 
+def precision_of(embedder: object) -> str | None:
+    """The precision an embedder computes in, when it says (the local model's fp32 or int8)."""
+    precision = getattr(embedder, "precision", None)
+    return precision if isinstance(precision, str) else None
+
+
+def vector_space(embedder: Embedder) -> str:
+    """The key its vectors are cached under: the model id, and a precision other than fp32 after `#`
+    (so fp32 caches made before precisions existed stay valid, and int8 vectors never pass for fp32)."""
+    precision = precision_of(embedder)
+    return embedder.model if precision in (None, "fp32") else f"{embedder.model}#{precision}"
+
+
+class GuardedCounter:
+    """A token counter whose failures are one-line EmbedderFailed; picklable when the counter is."""
+
+    def __init__(self, counter: Callable[[str], int]) -> None:
+        self.counter = counter
+
+    def __call__(self, text: str) -> int:
+        try:
+            return int(self.counter(text))
+        except Exception as problem:
+            raise EmbedderFailed(f"counting tokens failed: {_one_line(problem)}") from problem
+
+
 class GuardedEmbedder:
     """The embedder's `count_tokens`, `dimension` and `embed`, with its failures as one-line EmbedderFailed."""
 
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
         self.model = embedder.model
+        self.precision = precision_of(embedder)
+        self.count_tokens = GuardedCounter(embedder.count_tokens)
         try:
             # A remote embedder may ask its service here. A local one loads its model at the first count
             # (not here: a re-run whose files are all unchanged never needs it).
@@ -52,13 +85,12 @@ class GuardedEmbedder:
         except Exception as problem:
             raise EmbedderFailed(f"the embedder of {self.model} is not usable: {_one_line(problem)}") from problem
 
-    def count_tokens(self, text: str) -> int:
-        try:
-            return int(self.embedder.count_tokens(text))
-        except Exception as problem:
-            raise EmbedderFailed(f"counting tokens failed: {_one_line(problem)}") from problem
+    def token_counter(self) -> GuardedCounter | None:
+        """A counter to run in another process, if the embedder offers one."""
+        offer = getattr(self.embedder, "token_counter", None)
+        return GuardedCounter(offer()) if callable(offer) else None
 
-    def embed(self, texts: list[str]) -> np.ndarray:
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
         try:
             vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
         except Exception as problem:  # any embedder failure (service down, timeout, bad key) ends the import cleanly

@@ -14,8 +14,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from host.importer.chunking import chunk_document
-from host.importer.embedding import GuardedEmbedder
+from host.importer.chunking import CountTokens, chunk_document
 from host.importer.errors import Draft
 from host.importer.readers import read_source
 from host.importer.sources import SourceFile
@@ -67,8 +66,8 @@ class FileChunks:
         return cls(stored["documents"], stored["draft"], [(text, count, info) for text, count, info in stored["bits"]])
 
 
-def chunk_file(source: SourceFile, data: bytes, embedder: GuardedEmbedder, base_url: str | None,
-                chunk_tokens: int) -> FileChunks:
+def chunk_file(source: SourceFile, data: bytes, count_tokens: CountTokens, base_url: str | None,
+               chunk_tokens: int) -> FileChunks:
     try:
         documents = read_source(source, data)
     except Draft:
@@ -76,7 +75,7 @@ def chunk_file(source: SourceFile, data: bytes, embedder: GuardedEmbedder, base_
     chunks = FileChunks(documents=len(documents))
     for document in documents:
         url = page_url(source, base_url, document.own_url)
-        for chunk in chunk_document(document, chunk_tokens, embedder.count_tokens):
+        for chunk in chunk_document(document, chunk_tokens, count_tokens):
             info = {"url": with_fragment(url, chunk.anchor), "title": chunk.title}
             if document.description:
                 info["description"] = document.description

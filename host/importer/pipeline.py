@@ -6,9 +6,12 @@
    bit whose URL is the page's (`urls`) plus its heading anchor. A bit repeated at the same URL
    (same canonical id) is kept once. A file unchanged since the last run (same bytes, path,
    settings and importer) takes its chunks from the cache instead: no parsing, no counting.
-3. Embed, in batches of similar length, only the texts the cache does not hold; each batch is
-   cached at once, so an interrupted run resumes where it stopped.
-4. Write the library atomically after validating it (`output`); only then is the cache pruned.
+   With the local model and many files, reading and chunking run in a second process (`reading`).
+3. Meanwhile embed only the texts the cache does not hold (`embedding_queue`): sorted by token
+   length within a window, several calls at once; each call is cached as it lands, so an
+   interrupted run resumes where it stopped.
+4. Write the library atomically after validating it (`output`); it records the embedder's
+   precision in `details.embedding_precision` when the embedder has one. Only then is the cache pruned.
 
 Nothing reaches `out` unless every step succeeded: an error or Ctrl-C leaves the old file as it was.
 """
@@ -21,15 +24,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from host.importer.cache import ImportCache, text_key
-from host.importer.embedding import Embedder, EmbedderFailed, GuardedEmbedder
-from host.importer.errors import ImporterError, MissingExtra
-from host.importer.file_chunks import FileChunks, chunk_file, file_key
+from host.importer.embedding import Embedder, GuardedEmbedder, vector_space
+from host.importer.embedding_queue import DEFAULT_WINDOW, EmbeddingQueue
+from host.importer.errors import ImporterError
+from host.importer.file_chunks import FileChunks
 from host.importer.output import write_library
+from host.importer.reading import FileRead, ReadSettings, read_files
 from host.importer.report import ImportReport
 from host.importer.sources import SourceFile, find_sources
 from host.importer.urls import check_base_url
@@ -42,13 +47,14 @@ DEFAULT_BATCH_SIZE = 64
 
 
 class Progress(Protocol):
-    """What the command line shows while an import runs (see `progress.py`)."""
+    """What the command line shows while an import runs (see `progress.py`): files read, while chunks
+    are embedded; then the chunks left to embed (`embedding(total, done)`)."""
 
     def reading(self, files: int) -> None: ...
 
     def file_read(self) -> None: ...
 
-    def embedding(self, chunks: int) -> None: ...
+    def embedding(self, chunks: int, done: int = 0) -> None: ...
 
     def chunks_embedded(self, count: int) -> None: ...
 
@@ -60,7 +66,7 @@ class NoProgress:
 
     def file_read(self) -> None: ...
 
-    def embedding(self, chunks: int) -> None: ...
+    def embedding(self, chunks: int, done: int = 0) -> None: ...
 
     def chunks_embedded(self, count: int) -> None: ...
 
@@ -75,9 +81,13 @@ def _to_stderr(line: str) -> None:
 class ImportOptions:
     base_url: str | None = None
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS
-    batch_size: int = DEFAULT_BATCH_SIZE
+    batch_size: int = DEFAULT_BATCH_SIZE  # texts per call to the embedder
     cache: Path | None = None  # the embeddings cache file; None keeps no cache
     access_tag: str | None = None  # the tag the output's folder gives its bits (checked when validating)
+    concurrency: int = 1  # calls to the embedder at once
+    bucketing: bool = True  # sort texts by token length within a window of `window` texts
+    window: int = DEFAULT_WINDOW
+    second_process: bool | None = None  # read and chunk in a second process: None decides by the work (`reading`)
 
 
 @dataclass
@@ -104,37 +114,44 @@ def import_library(
     """
     started = time.perf_counter()
     progress = progress or NoProgress()
-    if options.chunk_tokens < 1:
-        raise ImporterError(f"--chunk-tokens: must be at least 1, got {options.chunk_tokens}")
-    if options.batch_size < 1:
-        raise ImporterError(f"--batch-size: must be at least 1, got {options.batch_size}")
+    for name in ("chunk_tokens", "batch_size", "concurrency", "window"):
+        if getattr(options, name) < 1:
+            raise ImporterError(f"--{name.replace('_', '-')}: must be at least 1, got {getattr(options, name)}")
     base_url = check_base_url(options.base_url) if options.base_url else None
     report = ImportReport(out=out, model=embedder.model, chunk_tokens=options.chunk_tokens)
     found = find_sources(list(sources))
     guarded = GuardedEmbedder(embedder)
     report.skipped_by_suffix, report.not_feeds = found.skipped_by_suffix, found.not_feeds
-    cache = ImportCache(options.cache, guarded.model, guarded.dimension, say)
+    cache = ImportCache(options.cache, vector_space(guarded), guarded.dimension, say)
+    queue = EmbeddingQueue(guarded, cache, batch_size=options.batch_size, concurrency=options.concurrency,
+                           window=options.window, bucketing=options.bucketing, on_embedded=progress.chunks_embedded)
     try:
         try:
-            bits, file_keys = _read_and_chunk(found.files, guarded, base_url, options, cache, report, progress, say)
-            cache.commit()
+            bits, file_keys, vectors = _read(found.files, guarded, base_url, options, cache, queue, report,
+                                             progress, say)
             report.read_seconds = time.perf_counter() - started
             if not bits:
                 what = "no file could be read" if report.failed else "no Markdown, text, HTML, feed or PDF with text"
                 where = ", ".join(map(str, sources))
                 raise ImporterError(f"nothing to import from {where}: {what}; {out} is left as it was")
-            vectors = _embed(bits, guarded, options, cache, report, progress)
+            report.reused = sum(bit.key in vectors for bit in bits)
+            progress.embedding(len({bit.key for bit in bits}) - len(vectors), len(queue.vectors))
+            vectors.update(queue.finish())
+        except BaseException:
+            queue.abandon()  # what the running calls embed is cached before the import stops
+            raise
         finally:
             progress.close()
-        library = {
-            "version": FORMAT_VERSION,
-            "embedding_model": embedder.model,
-            "bits": [
-                {"text": bit.text, "embedding": encode_embedding(vectors[bit.key]), "token_count": bit.token_count,
-                 "info": bit.info}
-                for bit in bits
-            ],
-        }
+        report.embedded_texts, report.embed_seconds = len(queue.vectors), queue.seconds
+        report.embedded = len(bits) - report.reused
+        library: dict[str, Any] = {"version": FORMAT_VERSION, "embedding_model": embedder.model}
+        if guarded.precision is not None:
+            library["details"] = {"embedding_precision": guarded.precision}
+        library["bits"] = [
+            {"text": bit.text, "embedding": encode_embedding(vectors[bit.key]), "token_count": bit.token_count,
+             "info": bit.info}
+            for bit in bits
+        ]
         write_library(library, out, options.access_tag)
         # Only now that the library is out: what it does not use is dropped (best effort: it only saves work).
         cache.keep_only({bit.key for bit in bits}, file_keys)
@@ -146,79 +163,72 @@ def import_library(
     return report
 
 
-def _read_and_chunk(files: Sequence[SourceFile], embedder: GuardedEmbedder, base_url: str | None,
-                    options: ImportOptions, cache: ImportCache, report: ImportReport, progress: Progress,
-                    say: Callable[[str], None]) -> tuple[list[_Bit], set[bytes]]:
-    """The bits of every file, in order, each (canonical id) once; and the cache keys of the files read."""
+def _read(files: Sequence[SourceFile], embedder: GuardedEmbedder, base_url: str | None, options: ImportOptions,
+          cache: ImportCache, queue: EmbeddingQueue, report: ImportReport, progress: Progress,
+          say: Callable[[str], None]) -> tuple[list[_Bit], set[bytes], dict[bytes, np.ndarray]]:
+    """The bits of every file, in order, each (canonical id) once; the cache keys of the files read;
+    the vectors the cache holds. The other texts go to `queue` as they come, to be embedded meanwhile."""
     bits: list[_Bit] = []
     seen: set[str] = set()
     file_keys: set[bytes] = set()
+    vectors: dict[bytes, np.ndarray] = {}
     progress.reading(len(files))
-    for source in files:
-        try:
-            data = source.path.read_bytes()
-            key = file_key(source, data, base_url, options.chunk_tokens, embedder.model)
-            stored = cache.get_file(key)
-            if stored is None:
-                chunks = chunk_file(source, data, embedder, base_url, options.chunk_tokens)
-                cache.put_file(key, chunks.to_json())
-            else:
-                chunks = FileChunks.from_json(stored)
-                report.files_unchanged += 1
-            file_keys.add(key)
-        except (MissingExtra, EmbedderFailed, sqlite3.Error):
-            raise
-        except OSError as problem:
-            _fail(report, say, f"{source.path}: cannot be read ({problem.strerror or problem})")
-            chunks = None
-        except ImporterError as problem:
-            _fail(report, say, f"{source.path}: {problem}")
-            chunks = None
-        except Exception as problem:  # a parser's own error on a damaged file: that file fails, not the import
-            _fail(report, say, f"{source.path}: cannot be read ({type(problem).__name__}: {problem})")
-            chunks = None
-        progress.file_read()
-        if chunks is None:
-            continue
-        report.files_read += 1
-        report.drafts += chunks.draft
-        report.documents += chunks.documents
-        for text, token_count, info in chunks.bits:
-            bit_id = canonical_id(info["url"], text)
-            if bit_id in seen:
-                report.duplicates += 1
+    settings = ReadSettings(base_url, options.chunk_tokens, embedder.model)
+    reads = read_files(files, settings, embedder.count_tokens, cache.file_keys(), options.second_process,
+                       embedder.token_counter())
+    try:
+        for read in reads:
+            progress.file_read()
+            chunks = _chunks_of(read, cache, report, say)
+            if chunks is None:
                 continue
-            seen.add(bit_id)
-            bits.append(_Bit(text, token_count, info, text_key(text)))
-            report.tokens += token_count
-            report.over_budget += token_count > options.chunk_tokens
-            report.file_urls = report.file_urls or info["url"].startswith("file:")
+            assert read.key is not None  # a file that was read has its key
+            file_keys.add(read.key)
+            new = _add_bits(chunks, bits, seen, report, options.chunk_tokens)
+            vectors.update(cache.get_many({bit.key for bit in new} - vectors.keys()))
+            for bit in new:
+                if bit.key not in vectors:
+                    queue.add(bit.key, bit.text, bit.token_count)
+    finally:
+        reads.close()  # stops the second process, if one reads
+    cache.commit()
     report.bits = len(bits)
-    return bits, file_keys
+    return bits, file_keys, vectors
 
 
-def _fail(report: ImportReport, say: Callable[[str], None], line: str) -> None:
-    report.failed.append(line)
-    say(f"error: {line}")
+def _chunks_of(read: FileRead, cache: ImportCache, report: ImportReport,
+               say: Callable[[str], None]) -> FileChunks | None:
+    """A file's chunks, read now or taken from the cache; None (said, and counted) if it failed."""
+    if read.problem is not None:
+        report.failed.append(read.problem)
+        say(f"error: {read.problem}")
+        return None
+    assert read.key is not None
+    if read.chunks is not None:
+        cache.put_file(read.key, read.chunks.to_json())
+        return read.chunks
+    stored = cache.get_file(read.key)
+    assert stored is not None, "a file's key was known but its chunks are not in the cache"
+    report.files_unchanged += 1
+    return FileChunks.from_json(stored)
 
 
-def _embed(bits: Sequence[_Bit], embedder: GuardedEmbedder, options: ImportOptions, cache: ImportCache,
-           report: ImportReport, progress: Progress) -> dict[bytes, np.ndarray]:
-    """A vector for every bit's text: from the cache, else embedded now (and cached at once)."""
-    texts = {bit.key: bit.text for bit in bits}
-    vectors = cache.get_many(texts)
-    report.reused = sum(bit.key in vectors for bit in bits)
-    # Similar lengths batched together pad least (the local model pads a batch to its longest).
-    missing = sorted((key for key in texts if key not in vectors), key=lambda key: len(texts[key]))
-    progress.embedding(len(missing))
-    started = time.perf_counter()
-    for start in range(0, len(missing), options.batch_size):
-        keys = missing[start:start + options.batch_size]
-        batch = embedder.embed([texts[key] for key in keys])
-        cache.put_many(zip(keys, batch, strict=True))
-        vectors.update(zip(keys, batch, strict=True))
-        report.embedded_texts += len(keys)
-        progress.chunks_embedded(len(keys))
-    report.embed_seconds = time.perf_counter() - started
-    report.embedded = len(bits) - report.reused
-    return vectors
+def _add_bits(chunks: FileChunks, bits: list[_Bit], seen: set[str], report: ImportReport,
+              chunk_tokens: int) -> list[_Bit]:
+    """A file's chunks appended as bits, each canonical id once; the new ones."""
+    report.files_read += 1
+    report.drafts += chunks.draft
+    report.documents += chunks.documents
+    new = []
+    for text, token_count, info in chunks.bits:
+        bit_id = canonical_id(info["url"], text)
+        if bit_id in seen:
+            report.duplicates += 1
+            continue
+        seen.add(bit_id)
+        new.append(_Bit(text, token_count, info, text_key(text)))
+        report.tokens += token_count
+        report.over_budget += token_count > chunk_tokens
+        report.file_urls = report.file_urls or info["url"].startswith("file:")
+    bits.extend(new)
+    return new

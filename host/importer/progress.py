@@ -1,4 +1,4 @@
-"""The progress bar on stderr: files read, then chunks embedded with chunks/s (tqdm).
+"""The progress bar on stderr: files read (and chunks embedded meanwhile), then chunks embedded with chunks/s (tqdm).
 
 Shown only on a terminal and without --quiet, so logs and pipes get the summary lines alone.
 """
@@ -18,6 +18,8 @@ class BarProgress:
         self._refresh_seconds = refresh_seconds
         self._bar: Any = None
         self._files = 0
+        self._embedding = False
+        self._embedded = 0  # chunks embedded while files are still read
 
     def _replace(self, **options: Any) -> None:
         self.close()
@@ -31,11 +33,17 @@ class BarProgress:
     def file_read(self) -> None:
         self._bar.update(1)
 
-    def embedding(self, chunks: int) -> None:
-        self._replace(total=chunks, unit=" chunks", desc=f"embedding ({self._files} files)", smoothing=0.1)
+    def embedding(self, chunks: int, done: int = 0) -> None:
+        self._embedding = True
+        self._replace(total=chunks, initial=done, unit=" chunks", desc=f"embedding ({self._files} files)",
+                      smoothing=0.1)
 
     def chunks_embedded(self, count: int) -> None:
-        self._bar.update(count)
+        if self._embedding:
+            self._bar.update(count)
+        else:
+            self._embedded += count
+            self._bar.set_postfix_str(f"{self._embedded} chunks embedded", refresh=False)
 
     def close(self) -> None:
         if self._bar is not None:

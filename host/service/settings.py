@@ -93,6 +93,12 @@ class Settings:
         "the model NAME that service knows, e.g. text-embedding-ada-002", metavar="NAME"))
     embedder_library_model: str | None = field(default=None, metadata=option(
         "the library embedding_model that service's vectors belong to (default openai.com:NAME)", metavar="ID"))
+    embedder_precision: str = field(default="fp32", metadata=option(
+        "the local embedder's precision: fp32 (default: the vectors libraries are made of) or int8 (query text "
+        "embedded about twice as fast, its vectors slightly apart: see docs/importing.md)", choices=("fp32", "int8")))
+    embedder_device: str = field(default="cpu", metadata=option(
+        "where the local embedder runs: cpu (default) or cuda (needs onnxruntime-gpu and a CUDA device; fp32 only)",
+        choices=("cpu", "cuda")))
     embedder_timeout: float = field(default=10.0, metadata=option(
         "longest a query waits for its text to be embedded, in seconds (default %(default)s; then 504)",
         metavar="SECONDS"))

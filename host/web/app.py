@@ -163,7 +163,8 @@ def embedders_for(settings: Settings, catalog: Catalog) -> Embedders:
     index = catalog.models.get(library_model) if library_model else None
     return build_embedders(settings.embedder, settings.embedder_url, settings.embedder_model,
                            settings.embedder_library_model, index.dimension if index else None,
-                           timeout=settings.embedder_timeout)
+                           timeout=settings.embedder_timeout, precision=settings.embedder_precision,
+                           device=settings.embedder_device)
 
 
 def memory_line(state: HostState, *, with_embedder: bool) -> str:
