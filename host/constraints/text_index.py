@@ -396,8 +396,10 @@ class TextIndexBuilder:
 
     def prepare(self) -> None:
         """What `finish` can do before the rows' order is known (vocabularies, value dictionaries)."""
-        for builder in (*self.words.values(), *self.values.values()):
-            builder.prepare()
+        for word_builder in self.words.values():
+            word_builder.prepare()
+        for value_builder in self.values.values():
+            value_builder.prepare()
 
     def finish(self, order: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """The arrays by file name (without `.npy`); with `order` (stored row -> row fed), for rows as stored."""
