@@ -60,7 +60,7 @@ def pool_for(bits: int) -> int:
     The pool that holds the true top 10 grows with the library. On the synthetic libraries of
     scripts/bench.py and scripts/synthetic_library.py (docs/performance.md, "Query speed"), recall@10
     with the nearest clusters holding 0.5% of the bits: 10k 1.000, 30k 1.000, 100k 0.9995, 300k
-    0.998, 1M (x 384) ?, 10M (x 384) 0.9995; 0.4% gave 0.988 at 100k and 0.970 at 300k.
+    0.998, 1M (x 384) 1.000, 10M (x 384) 0.9995; 0.4% gave 0.988 at 100k and 0.970 at 300k.
     """
     return round(bits * POOL_SHARE)
 
