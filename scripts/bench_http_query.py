@@ -16,7 +16,7 @@ Recall@10 is against the exact top 10 (the host's exact `rank()`), for the HTTP 
 id) and for faiss (by row). The headline: the extra over the p50 of the first faiss setting with
 recall@10 >= 0.99, for the host with default settings and for a second host with the fewest
 clusters per query (`--probes N --oversample 0`) that reaches recall@10 >= 0.99 on these queries,
-as faiss's setting does: the default reads more (4 clusters and at least 1,000 rows) for recall 1.
+as faiss's setting does (the default reads at least 0.5% of the visible bits, 500 rows at 100k).
 With `--baseline DIR` (a checkout of another commit, e.g. `git worktree add /tmp/base main`) a
 server of that code is measured in the same rounds too.
 
