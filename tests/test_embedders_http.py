@@ -235,6 +235,13 @@ def test_the_key_never_reaches_errors_or_logs(service: EmbeddingService, caplog:
         assert KEY not in text and "SECRET" not in text
 
 
+def test_a_key_with_a_line_break_is_refused_without_showing_it(service: EmbeddingService) -> None:
+    # http.client would refuse the header later, with the key in its message.
+    with pytest.raises(ValueError, match="holds a line break or another control character") as raised:
+        OpenAIEmbedder(service.url, "text-embedding-test", key=f"{KEY}\r\nX-Injected: 1")
+    assert KEY not in str(raised.value)
+
+
 # ---------------------------------------------------------------- token counts
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import random
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +102,47 @@ def test_an_import_the_service_gives_up_on_resumes_without_asking_again(tmp_path
     assert report.reused == len(paid_for & texts) and report.embedded_texts == len(texts) - len(paid_for & texts)
     for bit in json_bits(out):
         assert np.allclose(decode_embedding(bit["embedding"]), unit_vector(bit["text"], 16), atol=1e-6)
+
+
+def test_when_one_call_fails_the_others_stop_waiting_out_their_retry_after(tmp_path: Path) -> None:
+    """One batch refused for good (400) while the others are told to come back in ten minutes: the
+    import ends with the refusal at once, and nothing more is sent."""
+    site = write_posts(tmp_path / "site")
+    out = tmp_path / "libraries" / "site.json"
+    refused: list[Seen] = []
+
+    def refuse_one_throttle_the_rest(service: EmbeddingService, seen: Seen) -> Reply | None:
+        if len(seen.body["input"]) == 1:
+            return None  # token counts
+        if not refused:
+            refused.append(seen)
+            return Reply(400, {"error": {"message": "this batch is refused"}})
+        return Reply(429, {"error": {"message": "slow down"}}, headers={"Retry-After": "600"})
+
+    options = ImportOptions(base_url="https://example.com/", chunk_tokens=BUDGET, batch_size=4, concurrency=4,
+                            window=16, cache=out.with_name("site.json.cache.sqlite"))
+    outcome: list[BaseException] = []
+    with running_service(dimension=16) as service:
+        service.policy = refuse_one_throttle_the_rest
+        patient = OpenAIEmbedder(service.url, "text-embedding-test", key="sk-test", timeout=5.0, retries=8,
+                                 backoff=0.01, max_retry_after=600.0)
+
+        def importing() -> None:
+            try:
+                import_library([site], out, patient, options, say=lambda line: None)
+            except BaseException as problem:  # what the import ended with is the test's
+                outcome.append(problem)
+
+        thread = threading.Thread(target=importing)
+        thread.start()
+        thread.join(120)  # far longer than the import needs, far shorter than one Retry-After
+        assert not thread.is_alive(), "the import waited out a Retry-After after another call had failed"
+        sent = len(service.requests)
+        time.sleep(0.3)
+        assert len(service.requests) == sent  # and it sends nothing more
+    assert len(outcome) == 1 and isinstance(outcome[0], ImporterError)
+    assert "answered 400: this batch is refused" in str(outcome[0])
+    assert not out.exists()
 
 
 def json_bits(path: Path) -> list[dict[str, Any]]:

@@ -119,10 +119,23 @@ class OpenAIEmbedder:
         self.max_retry_after = max_retry_after
         self.max_batch = max_batch
         self._key = key if key is not None else key_from_environment()
+        if self._key and not self._key.isprintable():
+            # http.client would refuse the header with the key in its message: say it here, without it.
+            raise ValueError("the embedding service's key (POLYMATH_EMBEDDER_KEY or OPENAI_API_KEY) holds a line "
+                             "break or another control character: set it to the key alone")
         self._dimension = dimension
         self._lock = threading.Lock()
         self._token_counts: LRUCache[str, int] = LRUCache(maxsize=4096)  # learned from one-text answers
         self._resume_at = 0.0  # time.monotonic() before which no request is sent (a Retry-After)
+        self._stopped = threading.Event()
+        self._stopped_because = ""
+
+    def stop(self, because: str = "") -> None:
+        """No more requests or retries from now on (an import that failed or was interrupted): calls
+        waiting for a retry give up at once, with `because` as their error; a request under way ends
+        as it ends. For good: an import opens an embedder of its own."""
+        self._stopped_because = self._stopped_because or because
+        self._stopped.set()
 
     def __repr__(self) -> str:
         return f"OpenAIEmbedder({self.service!r}, {self.remote_model!r}, model={self.model!r})"
@@ -183,6 +196,8 @@ class OpenAIEmbedder:
         for attempt in range(self.retries + 1):
             retry_after: float | None = None
             self._wait_for_resume()
+            if self._stopped.is_set():
+                raise EmbedderError(self._stopped_because or f"requests to embedding service {self.service} were stopped")
             request = urllib.request.Request(self.endpoint, data=body, headers=headers, method="POST")
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
@@ -216,14 +231,15 @@ class OpenAIEmbedder:
                 with self._lock:  # the service asked for a rest: every request of this embedder waits
                     self._resume_at = max(self._resume_at, time.monotonic() + delay)
             log.warning("%s; retry %d of %d in %.2f s", problem, attempt + 1, self.retries, delay)
-            time.sleep(delay)
+            self._stopped.wait(delay)
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def _wait_for_resume(self) -> None:
         with self._lock:
             pause = self._resume_at - time.monotonic()
         if pause > 0:
-            time.sleep(pause)
+            # A little more for each: the calls a Retry-After held do not all come back at once.
+            self._stopped.wait(pause + random.random() * min(pause, 1.0) / 4)
 
     def _vectors(self, answer: Any, expected: int) -> np.ndarray:
         data = answer.get("data") if isinstance(answer, dict) else None

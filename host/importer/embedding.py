@@ -90,10 +90,18 @@ class GuardedEmbedder:
         offer = getattr(self.embedder, "token_counter", None)
         return GuardedCounter(offer()) if callable(offer) else None
 
+    def stop(self, because: str = "") -> None:
+        """Stop the embedder's retries (a remote one's), if it has any: the import is ending."""
+        stop = getattr(self.embedder, "stop", None)
+        if callable(stop):
+            stop(because)
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         try:
             vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
         except Exception as problem:  # any embedder failure (service down, timeout, bad key) ends the import cleanly
+            # Calls and token counts waiting out a Retry-After meanwhile give up now, saying why.
+            self.stop(_one_line(problem))
             raise EmbedderFailed(f"embedding failed: {_one_line(problem)}") from problem
         if vectors.shape != (len(texts), self.dimension):
             raise EmbedderFailed(f"embedding failed: the embedder returned an array of shape {vectors.shape} "

@@ -67,9 +67,9 @@ class EmbeddingQueue:
         return self.vectors
 
     def abandon(self) -> None:
-        """After a failure or Ctrl-C: drop the calls not started, wait for the running ones and cache them."""
-        for call in self._calls:
-            call.cancel()
+        """After a failure or Ctrl-C: drop the calls not started, stop the running ones' retries, wait for
+        them and cache what landed."""
+        self.embedder.stop()
         self._pool.shutdown(wait=True, cancel_futures=True)
         for call in [call for call in self._calls if call.done() and not call.cancelled()]:
             if call.exception() is None:

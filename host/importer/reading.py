@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
-import sqlite3
+from collections import deque
 from collections.abc import Callable, Generator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 from host.importer.embedding import EmbedderFailed
@@ -27,6 +28,7 @@ from host.importer.file_chunks import FileChunks, chunk_file, file_key
 from host.importer.sources import SourceFile
 
 SECOND_PROCESS_FROM = 16  # files to parse: fewer are read here (starting a process costs about a second)
+READ_AHEAD = 8  # files the second process may have read ahead of the embedder
 
 
 @dataclass(frozen=True)
@@ -55,14 +57,15 @@ def read_file(source: SourceFile, settings: ReadSettings, count_tokens: Callable
         if key in known:
             return FileRead(source, key)
         return FileRead(source, key, chunk_file(source, data, count_tokens, settings.base_url, settings.chunk_tokens))
-    except (MissingExtra, EmbedderFailed, sqlite3.Error):
+    except (MissingExtra, EmbedderFailed):
         raise
     except OSError as problem:
         return FileRead(source, problem=f"{source.path}: cannot be read ({problem.strerror or problem})")
     except ImporterError as problem:
         return FileRead(source, problem=f"{source.path}: {problem}")
     except Exception as problem:  # a parser's own error on a damaged file: that file fails, not the import
-        return FileRead(source, problem=f"{source.path}: cannot be read ({type(problem).__name__}: {problem})")
+        said = " ".join(str(problem).split())  # a parser's message may run over several lines
+        return FileRead(source, problem=f"{source.path}: cannot be read ({type(problem).__name__}: {said})")
 
 
 def read_files(files: Sequence[SourceFile], settings: ReadSettings, count_tokens: Callable[[str], int],
@@ -84,10 +87,24 @@ def read_files(files: Sequence[SourceFile], settings: ReadSettings, count_tokens
     context = multiprocessing.get_context("spawn")  # never fork a process that runs ONNX Runtime's threads
     with ProcessPoolExecutor(1, mp_context=context, initializer=_start_reader,
                              initargs=(settings, counter_for_process, frozenset(known))) as pool:
-        parsed = pool.map(_read_in_reader, new, chunksize=4)
+        # A few files ahead of the embedder, no more: the chunks of a large folder are not all held
+        # here at once, and Ctrl-C waits for one file at most.
+        ahead: deque[Future[FileRead]] = deque()
+        to_read = iter(new)
         try:
             for index, source in enumerate(files):
-                yield FileRead(source, cached[index]) if index in cached else next(parsed)
+                if index in cached:
+                    yield FileRead(source, cached[index])
+                    continue
+                while len(ahead) < READ_AHEAD and (upcoming := next(to_read, None)) is not None:
+                    ahead.append(pool.submit(_read_in_reader, upcoming))
+                try:
+                    read = ahead.popleft().result()
+                except BrokenProcessPool:
+                    raise ImporterError(f"the process reading the files stopped while reading {source.path} (out of "
+                                        "memory, or a parser crashed): run the import again without that file; "
+                                        "what was embedded is cached") from None
+                yield read
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
