@@ -20,6 +20,7 @@ from host.catalog.generations import load_catalog
 from host.library import stream
 from host.library.format import LibraryFormatError, library_problems, parse_library
 from host.library.stream import stream_library
+from host.store import text_process
 from host.store.compiled import SourceKey, compile_library, file_sha256, load_library, open_compiled, write_compiled
 from host.store.progress import CompileProgress
 
@@ -65,6 +66,38 @@ def test_a_streamed_compile_is_byte_identical_to_compiling_the_parsed_file(tmp_p
     assert folder_files(tmp_path / "streamed") == folder_files(tmp_path / "whole")
     compiled = open_compiled(tmp_path / "streamed", source)
     assert compiled.bit_count == 1_300 and compiled.centroids is not None and compiled.tags == ("", "staff")
+
+
+def test_the_text_index_built_by_a_second_process_is_the_one_built_here(tmp_path, monkeypatch):
+    monkeypatch.setattr(text_process, "PROCESS_FROM", 0)  # a child for any library...
+    monkeypatch.setattr(text_process, "NOTIFY_EVERY", 4096)  # ...told of the records a few at a time
+    source = write_library(tmp_path / "lib.json", mixed_library())
+    key = compile_library(source, tmp_path / "child", name="lib", cluster_from=1_000)
+
+    monkeypatch.setattr(text_process, "PROCESS_FROM", 1 << 40)
+    compile_library(source, tmp_path / "here", name="lib", cluster_from=1_000)
+
+    assert key.sha256 == file_sha256(source)
+    assert folder_files(tmp_path / "child") == folder_files(tmp_path / "here")
+
+
+def test_a_text_index_process_that_fails_is_replaced_and_its_words_stay_out_of_the_log(tmp_path, monkeypatch,
+                                                                                      caplog):
+    source = write_library(tmp_path / "lib.json", mixed_library())
+    compile_library(source, tmp_path / "here", name="lib", cluster_from=1_000)
+    # A child that dies quoting a record, as a traceback might: the log says what kind of error, not the text.
+    failing = tmp_path / "failing-python"
+    failing.write_text("#!/bin/sh\necho 'Traceback (most recent call last):' >&2\n"
+                       "echo \"KeyError: 'Zürich café 11 secret words'\" >&2\nexit 3\n")
+    failing.chmod(0o755)
+    monkeypatch.setattr(text_process, "PROCESS_FROM", 0)
+    monkeypatch.setattr(text_process.sys, "executable", str(failing))
+
+    compile_library(source, tmp_path / "fallback", name="lib", cluster_from=1_000)
+
+    assert folder_files(tmp_path / "fallback") == folder_files(tmp_path / "here")
+    warnings = [record.getMessage() for record in caplog.records if "text index process" in record.getMessage()]
+    assert warnings == ["the text index process exited with 3; building the text index in this one instead (KeyError)"]
 
 
 def test_streaming_gives_the_bits_and_problems_of_the_whole_file(tmp_path, monkeypatch):

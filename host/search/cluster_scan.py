@@ -8,10 +8,11 @@ exactly as an exact scan would (host/search/budget.py: margin candidates re-scor
 order). If that pool cannot fill the budget, it grows; once it would hold half the visible rows,
 an exact scan is cheaper and the caller is told to run one.
 
-A library compiled with 8-bit codes (host/store/codes.py) is scanned through them: a quarter of the
-bytes of its floats, so that a library several times larger than memory keeps what queries scan
-in memory. Candidates within `CODE_ERRORS` typical code errors of the k-th best (as well as the
-float32 rounding margin) are re-scored exactly from the floats, so every similarity returned is
+A model whose floats exceed --populate-bytes (`Search.codes`, host/search/query.py) is scanned
+through its libraries' 8-bit codes (host/store/codes.py): a quarter of the bytes of its floats, so
+that a store larger than memory keeps what queries scan in memory; a smaller one through its floats.
+Candidates within `CODE_ERRORS` typical code errors of the k-th best (as well as the float32
+rounding margin) are re-scored exactly from the floats, so every similarity returned is
 exact, and so is the order among the rows scanned.
 
 Invariants: hidden rows are masked inside the slices and never counted, so they decide nothing

@@ -130,8 +130,9 @@ def _split_largest(centroids: np.ndarray, sizes: np.ndarray) -> np.ndarray:
 
 def assign(rows: Rows | np.ndarray, centroids: np.ndarray, step: Callable[[str, float], None],
            each_block: EachBlock | None = None, threads: Threads = None) -> np.ndarray:
-    """Each row's cluster, block by block (a matrix on disk is read once, in order), with every
-    core BLAS has: the products are the compile's largest arithmetic (1M x 1,000 x 1,536 x 2 flops).
+    """Each row's cluster, block by block (a matrix on disk is read once, in order), with the threads
+    `threads` allows BLAS (every core unless a text index process works beside): the products are
+    the compile's largest arithmetic (1M x 1,000 x 1,536 x 2 flops).
     `each_block(rows, their clusters, number of clusters)` sees each block (in order) once assigned.
 
     Two-level assignment (groups of centroids) was tried and dropped: on data without clear

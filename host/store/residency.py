@@ -71,11 +71,15 @@ def mapped_arrays(library: CompiledLibrary, *, codes: bool = False) -> list[np.n
     """The memory-mapped arrays a query of this library reads, what it scans first: its floats, or
     with `codes` (a model too large for its floats to be kept in memory, host/search/query.py's
     SearchPolicy) a clustered library's 8-bit codes, whose floats are then read only to re-score."""
-    scanned = library.codes if codes and library.codes is not None else library.embeddings
-    arrays = [scanned, library.records]
+    arrays = [scanned_array(library, codes=codes), library.records]
     if library.cluster_offsets is None:
         arrays.append(library.sign_codes)
     return [array for array in arrays if array.nbytes and _is_mapped(array)]
+
+
+def scanned_array(library: CompiledLibrary, *, codes: bool = False) -> np.ndarray:
+    """What a query of `library` scans: its floats, or with `codes` its 8-bit codes where it has them."""
+    return library.codes if codes and library.codes is not None else library.embeddings
 
 
 def mapped_bytes(library: CompiledLibrary, *, codes: bool = False) -> int:
@@ -223,8 +227,10 @@ class Residency:
                     done.left += 1
                     done.left_bytes += size
                     continue
-                for number, array in enumerate(mapped_arrays(library, codes=key in through_codes)):
-                    populate(array, huge=huge and number == 0)  # what its queries scan, in 2 MB pages
+                arrays = mapped_arrays(library, codes=key in through_codes)
+                scanned = scanned_array(library, codes=key in through_codes)
+                for array in arrays:
+                    populate(array, huge=huge and array is scanned)  # what its queries scan, in 2 MB pages
                 self._populated[key] = (library, size)
                 total += size
                 done.libraries += 1

@@ -3,8 +3,9 @@
 Splitting the records into words and numbering them (host/constraints/text_index.py) is Python's
 per-word work, as heavy as reading the library file; in one process the two take turns on one
 core. So a compile whose records reach `PROCESS_FROM` bytes hands the text index to a child
-interpreter (`python -m host.store.text_process FOLDER`) that reads records.bin as the writer
-appends to it (from the page cache: nothing is sent but how far the file is written) while the
+interpreter (`python -m host.store.text_process FOLDER FD`) that reads records.bin as the writer
+appends to it (from the page cache: nothing is sent but how far the file is written; FD is a
+descriptor the parent opened, since records.bin is replaced by its rewrite in layout order) while the
 parent goes on reading the library file; when the layout is known the parent sends its order and
 the child writes text_index.bin and text_index.json into the folder. Below `PROCESS_FROM` (a child
 costs ~0.2 s to start), or if the child cannot start or fails, the parent builds the index itself:
@@ -21,6 +22,7 @@ child is busy (`busy`), so that the two do not take turns on the cores.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -138,7 +140,8 @@ class TextIndexer:
             self._child.wait()
             for stream in (self._child.stdin, self._child.stdout):
                 if stream is not None:
-                    stream.close()
+                    with contextlib.suppress(OSError):  # what was not sent to a dead child: a broken pipe
+                        stream.close()
             self._child = None
         self._close_errors()
         self._records.close()
@@ -156,12 +159,17 @@ class TextIndexer:
         package_root = str(Path(__file__).resolve().parents[2])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
         self._child_errors = tempfile.TemporaryFile()  # noqa: SIM115 - kept open for the child's life, closed by wait or close
+        # The child reads this very file through a descriptor of its own: by the time it has started,
+        # records.bin may already have been replaced by its rewrite in the layout's order.
+        records = os.open(self.folder / RECORDS, os.O_RDONLY)
         try:
-            self._child = subprocess.Popen([sys.executable, "-m", "host.store.text_process", str(self.folder)],
-                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._child_errors,
-                                           env=env)
+            self._child = subprocess.Popen(
+                [sys.executable, "-m", "host.store.text_process", str(self.folder), str(records)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._child_errors, env=env, pass_fds=(records,))
         except OSError as problem:
             self._give_up(f"could not start ({problem})")
+        finally:
+            os.close(records)
 
     def _tell(self, message: bytes) -> None:
         child = self._child
@@ -173,12 +181,15 @@ class TextIndexer:
             pass
 
     def _give_up(self, why: str) -> None:
-        errors = b""
+        # Only the kind of error the child ended with: its message may quote a record, which may be
+        # a private bit's text, and logs are no place for that.
+        failure = ""
         if self._child_errors is not None:
             self._child_errors.seek(0)
-            errors = self._child_errors.read()[-2000:]
+            lines = self._child_errors.read()[-2000:].decode(errors="replace").strip().splitlines()
+            failure = lines[-1].partition(":")[0].strip()[:100] if lines else ""
         log.warning("the text index process %s; building the text index in this one instead%s", why,
-                    f": {errors.decode(errors='replace').strip()}" if errors.strip() else "")
+                    f" ({failure})" if failure else "")
         self._failed = True
 
     def _close_errors(self) -> None:
@@ -221,11 +232,11 @@ def columns(records: list[Record]) -> dict[str, list[str]]:
     return found
 
 
-def serve_parent(folder: Path, commands: IO[bytes], answers: IO[bytes]) -> int:
-    """The child's side of the protocol (module docstring)."""
+def serve_parent(folder: Path, records: IO[bytes], commands: IO[bytes], answers: IO[bytes]) -> int:
+    """The child's side of the protocol (module docstring), reading `records` (records.bin as written)."""
     builder = TextIndexBuilder()
     done_bytes = done_rows = 0
-    with (folder / RECORDS).open("rb") as handle:
+    with records as handle:
         while line := commands.readline():
             what, _, rest = line.decode().strip().partition(" ")
             if what == "upto":
@@ -251,4 +262,5 @@ if __name__ == "__main__":
     import gc
 
     gc.disable()  # nothing here makes cycles; the collector would walk every record for nothing
-    raise SystemExit(serve_parent(Path(sys.argv[1]), sys.stdin.buffer, sys.stdout.buffer))
+    raise SystemExit(serve_parent(Path(sys.argv[1]), os.fdopen(int(sys.argv[2]), "rb"), sys.stdin.buffer,
+                                  sys.stdout.buffer))

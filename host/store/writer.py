@@ -11,16 +11,19 @@ Memory stays at a few dozen bytes per bit plus the text index, whatever the vect
    scalars (id, token count, tag, record length) and sign codes are kept in small arrays, the
    public digest and the largest norm are updated as they go.
 2. At the end, a library of `cluster_from` bits or more gets its layout (host/store/clusters.py: k-means
-   on a sample of the rows, every row assigned block by block), and the two big files are written
-   again in the layout's order from their file-order copies, which are then deleted; the vectors'
-   8-bit codes (host/store/codes.py) are written beside them. This runs on a thread of its own...
+   on a sample of the rows, every row assigned block by block, each block's rows handed to one of 16
+   part files by cluster range as they are assigned), and the two big files are written again in the
+   layout's order (the vectors from the part files, the records from their file-order copy), which
+   are then deleted; the vectors' 8-bit codes (host/store/codes.py) are written beside them. This
+   runs on a thread of its own...
 3. ...while the records' words are read for the text index (Python, this thread), in file
    order (or in a second process, host/store/text_process.py); the index is finished in stored
    order once the vectors are rewritten, so that its last sort and the rewrite's buffers are never
    in memory together.
 
-Rows are read back with pread, never through a memory map: a map's scattered reads map whole runs
-of pages around each row, and the resident set would grow to the file.
+Rows are read back with pread (`RowFile`) or through a map whose pages are let go of every few
+blocks (`Mapped`), never through a plain map: its scattered reads keep whole runs of pages around
+each row, and the resident set would grow to the file.
 
 STORE_FORMAT 7: compiled by this writer (codes.npy, code_scale.npy, id_heads.npy; the public digest
 is sha256(message + sha256(public bits))).
@@ -42,7 +45,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import msgpack
 import msgspec
 import numpy as np
 
@@ -56,6 +58,7 @@ from host.store.text_process import TextIndexer
 
 STORE_FORMAT = 7  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json; 6: clustered layout; 7: this writer, codes
 ROW_BLOCK = 4096  # rows copied at a time when writing a permuted matrix (no second full copy)
+RECORD_BLOCK_BYTES = 1 << 20  # records rewritten at a time, at most (17 bytes of temporaries a byte)
 PARTS = 16  # the vectors are put in the layout's order through this many files (RowParts)
 HEADER_BYTES = 128  # the .npy header of any (rows, dimension) float32 array up to 10^15 rows
 Step = Callable[[str, float], None]  # (what is being done, fraction of it done)
@@ -79,6 +82,7 @@ class StoreWriter:
         self._tag_numbers = array("H")
         self._ids = bytearray()
         self._signs: list[np.ndarray] = []
+        self._background: list[_Background] = []  # joined by `close`, whatever `finish` ended with
         self._public = hashlib.sha256()  # the public bits, in file order
         self._largest_norm = 0.0
         self._low: np.ndarray | None = None  # each dimension's smallest and largest value (for the codes)
@@ -110,6 +114,8 @@ class StoreWriter:
         self.rows += len(block)
 
     def close(self) -> None:
+        for work in self._background:  # a finish that failed must not leave a thread writing in the folder
+            work.join()
         self._vectors.close()
         self._records.close()
         self._text.close()
@@ -132,7 +138,7 @@ class StoreWriter:
         # The layout (BLAS) runs on a thread of its own while this one splits the records into
         # words (Python), unless a second process does that already: on two cores they overlap.
         parts = RowParts(folder)
-        layout_thread = _Background(lambda: self._plan(tag_ids == 0, step, parts) if clustered else None)
+        layout_thread = self._in_background(lambda: self._plan(tag_ids == 0, step, parts) if clustered else None)
         step("indexing text", 0.0)
         self._text.all_written(self._records_size)
         layout = layout_thread.result()
@@ -142,8 +148,8 @@ class StoreWriter:
         if layout is not None:
             write_synced(folder / "source_rows.npy", partial(np.save, arr=layout.order))
         # The vectors are rewritten in the layout's order on a thread, beside the records here.
-        rewrite = _Background(lambda: parts.write(folder / "embeddings.npy", scale, step)
-                              if layout is not None and scale is not None else None)
+        rewrite = self._in_background(lambda: parts.write(folder / "embeddings.npy", scale, step)
+                                      if layout is not None and scale is not None else None)
         record_offsets = np.zeros(rows + 1, dtype=np.int64)
         np.cumsum(lengths if order is None else lengths[order], out=record_offsets[1:])
         if order is not None:
@@ -197,6 +203,11 @@ class StoreWriter:
         write_synced(folder / "meta.json", lambda handle: handle.write(json.dumps(meta).encode()))
 
 
+    def _in_background(self, function: Callable[[], Any]) -> _Background:
+        work = _Background(function)
+        self._background.append(work)
+        return work
+
     def _blas_threads(self) -> int:
         """Every core, but one left to the text index's process while it works."""
         cores = os.cpu_count() or 1
@@ -206,9 +217,11 @@ class StoreWriter:
         """The clustered layout of the vectors written so far (file order), every row also handed
         to `parts` as it is assigned; the vectors in file order are then deleted."""
         path = self.building / "embeddings.npy"
-        with RowFile(path) as matrix:
-            layout = plan_layout(matrix, public, step=step, each_block=parts.add, threads=self._blas_threads)
-        parts.close()
+        try:
+            with RowFile(path) as matrix:
+                layout = plan_layout(matrix, public, step=step, each_block=parts.add, threads=self._blas_threads)
+        finally:
+            parts.close()
         path.unlink()
         return layout
 
@@ -219,7 +232,7 @@ class _Background:
     def __init__(self, function: Callable[[], Any]) -> None:
         self._function = function
         self._outcome: list[Any] = []
-        self._thread = threading.Thread(target=self._run, name="compile-layout", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="compile-background", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
@@ -227,6 +240,10 @@ class _Background:
             self._outcome.append((True, self._function()))
         except BaseException as problem:  # handed to the waiting thread
             self._outcome.append((False, problem))
+
+    def join(self) -> None:
+        """Wait for it, whatever it ends with (a compile that failed must not leave it writing)."""
+        self._thread.join()
 
     def result(self) -> Any:
         self._thread.join()
@@ -316,15 +333,6 @@ def read_at(fd: int, offset: int, out: np.ndarray) -> None:
         if count <= 0:
             raise OSError(f"unexpected end of file at byte {offset + done:,}")
         done += count
-
-
-def stored_records(path: Path, lengths: np.ndarray) -> Iterator[dict[str, Any]]:
-    """Every record of a records.bin, in the order they are in it, unpacked one at a time."""
-    if not lengths.sum():
-        return
-    with path.open("rb") as handle:
-        unpacker = msgpack.Unpacker(handle, read_size=1 << 20, max_buffer_size=1 << 30)
-        yield from unpacker
 
 
 def _fix_npy_header(path: Path, shape: tuple[int, int]) -> None:
@@ -428,10 +436,16 @@ def _rewrite_records(path: Path, lengths: np.ndarray, order: np.ndarray) -> None
     path.rename(file_order)
     starts = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=starts[1:])
+    ends = np.cumsum(lengths[order])  # where each row ends in the rewritten file
     with Mapped(file_order) as mapped, path.open("wb") as handle:
         records = mapped.bytes()
-        for first in range(0, len(order), ROW_BLOCK):
-            rows = order[first : first + ROW_BLOCK]
+        first = blocks = 0
+        while first < len(order):
+            # At most ROW_BLOCK rows and RECORD_BLOCK_BYTES bytes (or one row, however long).
+            written = int(ends[first - 1]) if first else 0
+            last = min(first + ROW_BLOCK,
+                       max(first + 1, int(np.searchsorted(ends, written + RECORD_BLOCK_BYTES, side="right"))))
+            rows = order[first:last]
             sizes = lengths[rows]
             # The bytes of each row in turn: its start, then one more for each byte after it.
             steps = np.ones(int(sizes.sum()), dtype=np.int64)
@@ -439,8 +453,11 @@ def _rewrite_records(path: Path, lengths: np.ndarray, order: np.ndarray) -> None
             steps[0] = starts[rows[0]]
             steps[places] = starts[rows[1:]] - (starts[rows[:-1]] + sizes[:-1] - 1)
             handle.write(records[np.cumsum(steps)].data)
-            if first % (16 * ROW_BLOCK) == 0:  # at most 16 blocks of rows' pages held at a time
+            del steps, places
+            first, blocks = last, blocks + 1
+            if blocks % 16 == 0:  # at most 16 blocks of rows' pages held at a time
                 mapped.release()
+        del records
     file_order.unlink()
 
 
