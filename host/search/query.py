@@ -50,7 +50,8 @@ class SearchPolicy:
 
     def for_index(self, index: ModelIndex, granted: frozenset[str] = frozenset()) -> Search:
         """The search of `index` for a caller holding `granted`: `auto` follows the bits they may see,
-        so hidden bits never switch the mode."""
+        so hidden bits never switch the mode. Codes or floats follows the size of the whole model's
+        floats, the same for every caller (similarities are exact either way)."""
         return self.for_bits(index.visible_count(granted), index.float_bytes)
 
 
