@@ -189,6 +189,12 @@ def test_a_hung_service_is_a_timeout_without_retries(service: EmbeddingService) 
     assert len(service.requests) == 1
 
 
+def test_an_import_retries_a_request_that_timed_out(service: EmbeddingService) -> None:
+    service.reply(Reply(hang=5.0))  # the first request hangs; the next is answered
+    vectors = embedder_for(service, timeout=0.3, retry_timeouts=True).embed(["x"])
+    assert vectors.shape == (1, 16) and len(service.requests) == 2
+
+
 def test_a_dropped_connection_is_retried(service: EmbeddingService) -> None:
     service.reply(Reply(drop=True))
     embedder_for(service).embed(["x"])

@@ -96,13 +96,15 @@ class OpenAIEmbedder:
         backoff: float = 0.25,
         max_retry_after: float = 5.0,
         max_batch: int = 256,
+        retry_timeouts: bool = False,
     ) -> None:
         """`url`: the service (see `endpoint_of`). `remote_model`: the model NAME the service knows.
         `model`: the library model id served (default `openai.com:<remote_model>`). `dimension`:
         expected vector size (default: learned from the first answer). `key`: default from the
         environment. `timeout`: seconds per HTTP request. `retries`: further attempts after a
         retryable failure, `backoff` seconds before the first, doubling after (the query path's
-        defaults give up within seconds; `polymath-host import` waits far longer)."""
+        defaults give up within seconds; `polymath-host import` waits far longer). `retry_timeouts`:
+        a request that times out is retried too (an import's; a query's would only wait longer)."""
         if not remote_model.strip():
             raise ValueError("embedder model name must not be empty")
         if dimension is not None and dimension < 1:
@@ -118,6 +120,7 @@ class OpenAIEmbedder:
         self.backoff = backoff
         self.max_retry_after = max_retry_after
         self.max_batch = max_batch
+        self.retry_timeouts = retry_timeouts
         self._key = key if key is not None else key_from_environment()
         if self._key and not self._key.isprintable():
             # http.client would refuse the header with the key in its message: say it here, without it.
@@ -210,11 +213,16 @@ class OpenAIEmbedder:
                 if status != 429 and status < 500:
                     raise EmbedderError(problem) from None
             except TimeoutError:
-                raise EmbedderTimeout(self._timeout_message()) from None
+                if not self.retry_timeouts:
+                    raise EmbedderTimeout(self._timeout_message()) from None
+                problem = self._timeout_message()
             except urllib.error.URLError as error:
                 if isinstance(error.reason, TimeoutError):
-                    raise EmbedderTimeout(self._timeout_message()) from None
-                problem = f"cannot reach embedding service {self.service}: {self._redact(str(error.reason))}"
+                    if not self.retry_timeouts:
+                        raise EmbedderTimeout(self._timeout_message()) from None
+                    problem = self._timeout_message()
+                else:
+                    problem = f"cannot reach embedding service {self.service}: {self._redact(str(error.reason))}"
             except (ConnectionError, http.client.HTTPException) as error:  # reset, closed early, garbled
                 problem = f"embedding service {self.service} failed mid-answer: {type(error).__name__}"
             else:

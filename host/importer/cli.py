@@ -71,7 +71,7 @@ def open_embedder(model: str | None, embedder_url: str | None, embedder_model: s
     The same embedders `serve` keeps (host.embedders), so that text queries land in the library's
     vector space: the built-in local MiniLM, or the OpenAI-compatible service serving library model
     `model` (default `openai.com:<embedder_model>`), which an import lets take its time: retried
-    patiently on 429 and 5xx, honouring Retry-After. The local one runs one thread per model run
+    patiently on 429, 5xx and timeouts, honouring Retry-After. The local one runs one thread per model run
     (an import runs one per core at once: `default_concurrency`), where `serve` gives each query one.
     """
     remote = embedder_url is not None or embedder_model is not None
@@ -94,7 +94,8 @@ def open_embedder(model: str | None, embedder_url: str | None, embedder_model: s
         raise ImporterError("--embedder-url needs --embedder-model NAME (the model that service knows)")
     try:
         return OpenAIEmbedder(embedder_url or OPENAI_URL, embedder_model, model=wanted, timeout=REMOTE_TIMEOUT,
-                              retries=REMOTE_RETRIES, backoff=REMOTE_BACKOFF, max_retry_after=REMOTE_MAX_RETRY_AFTER)
+                              retries=REMOTE_RETRIES, backoff=REMOTE_BACKOFF, max_retry_after=REMOTE_MAX_RETRY_AFTER,
+                              retry_timeouts=True)
     except ValueError as problem:
         raise ImporterError(f"--embedder-url/--embedder-model: {problem}") from None
 
