@@ -6,6 +6,7 @@ import argparse
 import os
 import signal
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -107,11 +108,15 @@ def serve_command(args: argparse.Namespace) -> int:
         say(f"{args.workers} worker processes" + (" (one per core)" if args.workers == cores() else "")
             + ", sharing the libraries' memory maps; --workers 1 serves from one process")
         # Workers are separate processes: they get the settings through the environment and
-        # open the libraries this process has just compiled. Read into the page cache here first
-        # (in 2 MB pages where they can be), the maps are there for every worker to map at once.
-        # This process only supervises them: it lets go of the catalog.
-        Residency(settings.populate_bytes).admit(catalog.libraries)
-        del catalog, embedders
+        # open the libraries this process has just compiled. Read into the page cache here (in
+        # 2 MB pages where they can be, host/store/residency.py), the maps are there for every
+        # worker to map at once; on a thread, while the workers start (they take a second to
+        # import the service), not before. This process only supervises them: it lets go of the
+        # catalog once that is done.
+        libraries = catalog.libraries
+        threading.Thread(target=Residency(settings.populate_bytes).admit, args=(libraries,),
+                         name="populate", daemon=True).start()
+        del catalog, embedders, libraries
         os.environ[ENVIRONMENT_VARIABLE] = settings.to_environment()
         os.environ[LOG_LEVEL_VARIABLE] = args.log_level
         server.run("host.web.app:app_from_environment", settings, **where)

@@ -30,7 +30,7 @@ import mmap
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,29 +119,39 @@ def huge_pages_possible() -> bool:
         return False
 
 
-def populate(array: np.ndarray, *, huge: bool = False) -> None:
+def populate(array: np.ndarray, *, huge: bool = False) -> bool:
     """Read `array`'s pages into memory and map them all in this process (where the kernel has no
-    MADV_POPULATE_READ: start reading them ahead).
+    MADV_POPULATE_READ: start reading them ahead); whether they are all mapped.
 
     With `huge`, in 2 MB pages where the system allows: a query reads a few clusters of rows at
     random places, and with 4 KB pages every 4 KB of them costs a TLB miss (a cluster scan at 100k
     bits took 0.41 ms in 2 MB pages against 0.52 ms in 4 KB ones in one run on a busy machine, less
-    of a difference in others: docs/performance.md).
-    The page cache holds a file in large pages when it read the file (Linux 6.x on ext4, XFS), not
-    when the file was written (a library just compiled): a map mostly in small pages is let go of
-    and read again, once; the next processes to map it (the other workers) find it in 2 MB pages.
-    Where reading again did not help (a file system without large pages), it is not tried again."""
-    address = array.__array_interface__["data"][0]
-    start = address - address % PAGE
-    length = address + array.nbytes - start
+    of a difference in others: docs/performance.md)."""
+    start, length = _span(array)
     if huge:
         _madvise(start, length, mmap.MADV_HUGEPAGE)
     if _madvise(start, length, MADV_POPULATE_READ) != 0:
         _madvise(start, length, mmap.MADV_WILLNEED)
+        return False
+    return True
+
+
+def read_again_in_huge_pages(arrays: Sequence[np.ndarray]) -> None:
+    """Of `arrays` (populated, asked for in 2 MB pages), read again those mapped mostly in small ones.
+
+    The page cache holds a file in large pages when it read the file (Linux 6.x on ext4, XFS), not
+    when the file was written (a library just compiled): a map mostly in small pages is let go of
+    and read again, once; the next processes to map it (the other workers) find it in 2 MB pages.
+    Where reading again did not help (a file system without large pages), it is not tried again.
+    /proc/self/smaps is read once for them all: each read walks every mapping of the process."""
+    candidates = [(array, path) for array in arrays
+                  if _span(array)[1] >= HUGE_PAGE and (path := _mapped_file(array)) is not None]
+    if not candidates or not _READING_AGAIN_HELPS[0]:
         return
-    path = _mapped_file(array)
-    if huge and path is not None and length >= HUGE_PAGE and _READING_AGAIN_HELPS[0] \
-            and in_huge_pages(start) < MOSTLY_HUGE:
+    shares = huge_page_shares([_span(array)[0] for array, _ in candidates])
+    small = [(array, path) for (array, path), share in zip(candidates, shares, strict=True) if share < MOSTLY_HUGE]
+    for array, path in small:
+        start, length = _span(array)
         _madvise(start, length, mmap.MADV_DONTNEED)  # this process's small pages go: the cache may drop them
         with contextlib.suppress(OSError):
             descriptor = os.open(path, os.O_RDONLY)
@@ -150,7 +160,15 @@ def populate(array: np.ndarray, *, huge: bool = False) -> None:
             finally:
                 os.close(descriptor)
         _madvise(start, length, MADV_POPULATE_READ)
-        _READING_AGAIN_HELPS[0] = in_huge_pages(start) >= MOSTLY_HUGE
+    if small:
+        _READING_AGAIN_HELPS[0] = min(huge_page_shares([_span(array)[0] for array, _ in small])) >= MOSTLY_HUGE
+
+
+def _span(array: np.ndarray) -> tuple[int, int]:
+    """The page-aligned start and the length of the memory `array` views."""
+    address = array.__array_interface__["data"][0]
+    start = address - address % PAGE
+    return start, address + array.nbytes - start
 
 
 def _madvise(start: int, length: int, advice: int) -> int:
@@ -158,10 +176,12 @@ def _madvise(start: int, length: int, advice: int) -> int:
     return result
 
 
-def in_huge_pages(address: int) -> float:
-    """The share of the resident pages of this process's mapping at `address` mapped as 2 MB pages."""
-    rss = pmd = 0
-    inside = False
+def huge_page_shares(addresses: Sequence[int]) -> list[float]:
+    """For each address, the share of the resident pages of this process's mapping there mapped as
+    2 MB pages (0 where nothing is resident or nothing is mapped)."""
+    shares = dict.fromkeys(addresses, 0.0)
+    inside: list[int] = []  # the addresses in the mapping being read
+    rss = 0
     with contextlib.suppress(OSError):
         for line in Path("/proc/self/smaps").read_text().splitlines():
             fields = line.split()
@@ -169,12 +189,14 @@ def in_huge_pages(address: int) -> float:
                 continue
             if "-" in fields[0] and not fields[0].endswith(":"):
                 low, _, high = fields[0].partition("-")
-                inside = int(low, 16) <= address < int(high, 16)
+                inside = [address for address in addresses if int(low, 16) <= address < int(high, 16)]
+                rss = 0
             elif inside and fields[0] == "Rss:":
                 rss = int(fields[1])
-            elif inside and fields[0] == "FilePmdMapped:":
-                pmd = int(fields[1])
-    return pmd / rss if rss else 0.0
+            elif inside and fields[0] == "FilePmdMapped:" and rss:
+                for address in inside:
+                    shares[address] = int(fields[1]) / rss
+    return [shares[address] for address in addresses]
 
 
 @dataclass
@@ -219,6 +241,7 @@ class Residency:
             through_codes = codes_scanned(current.values(), self.budget)
             self._populated = {key: held for key, held in self._populated.items() if key in current}
             total = sum(size for _, size in self._populated.values())
+            scanned_in_huge_pages: list[np.ndarray] = []
             for key, library in current.items():
                 if key in self._populated:
                     continue
@@ -227,14 +250,15 @@ class Residency:
                     done.left += 1
                     done.left_bytes += size
                     continue
-                arrays = mapped_arrays(library, codes=key in through_codes)
                 scanned = scanned_array(library, codes=key in through_codes)
-                for array in arrays:
-                    populate(array, huge=huge and array is scanned)  # what its queries scan, in 2 MB pages
+                for array in mapped_arrays(library, codes=key in through_codes):
+                    if populate(array, huge=huge and array is scanned) and huge and array is scanned:
+                        scanned_in_huge_pages.append(array)  # what its queries scan, in 2 MB pages
                 self._populated[key] = (library, size)
                 total += size
                 done.libraries += 1
                 done.bytes += size
+            read_again_in_huge_pages(scanned_in_huge_pages)
         done.seconds = time.perf_counter() - started
         return done
 
