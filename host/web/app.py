@@ -99,7 +99,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
 
     # None without the `mcp` extra: /mcp then answers 501. Pages of the origins listed with
     # --cors-origin may use it as well as loopback ones (never any origin, even with `*`).
-    mcp = mcp_server.build(state, sorted(cors.origins))
+    mcp = mcp_server.lazy_endpoint(state, sorted(cors.origins))
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

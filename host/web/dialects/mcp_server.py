@@ -11,6 +11,9 @@ Decisions, and why:
 - One exact `Route("/mcp")` around the transport's ASGI app (a `Mount` would redirect every
   `POST /mcp` to `/mcp/`); the session manager runs in the app's lifespan (`running`), one per
   app.
+- Built once the app has started (`LazyEndpoint`), on a thread: importing the `mcp` package costs
+  ~0.8 s of CPU (its pydantic models), as much as the rest of a worker's start, and a host is
+  ready without it. A request to /mcp meanwhile waits for it.
 - Who calls: the caller's `Authorization: Bearer` token, through host/web/caller.py. A token that
   fails verification is a 401 (`{"error"}`, `WWW-Authenticate`) before MCP sees the request; no
   token, or an unknown opaque one, is anonymous: public bits only. Answers are `Cache-Control:
@@ -31,7 +34,9 @@ answers 501 naming the extra, and `serve` says so in one line (`status_line`).
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -53,6 +58,7 @@ if TYPE_CHECKING:
 
     from host.web.state import HostState
 
+log = logging.getLogger("polymath_host")
 PATH = "/mcp"
 EXTRA = "pip install 'polymath-host[mcp]'"
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
@@ -99,18 +105,62 @@ def build(state: HostState, allowed_origins: Sequence[str] = ()) -> MCPEndpoint 
     return MCPEndpoint(Route(PATH, endpoint=guarded, methods=["POST"]), server.session_manager)
 
 
-def routes(endpoint: MCPEndpoint | None) -> list[BaseRoute]:
-    return [endpoint.route] if endpoint is not None else [Route(PATH, not_installed, methods=["GET", "POST"])]
+class LazyEndpoint:
+    """The /mcp endpoint of one app, built by `running` on a thread once the app has started."""
+
+    def __init__(self, state: HostState, allowed_origins: Sequence[str]) -> None:
+        self.state = state
+        self.allowed_origins = allowed_origins
+        self.endpoint: MCPEndpoint | None = None
+        self.ready = asyncio.Event()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.ready.wait()
+        if self.endpoint is None:
+            return await error_response(HTTPError(501, "this host serves no MCP: the mcp package failed to load"))(
+                scope, receive, send)
+        await self.endpoint.route.handle(scope, receive, send)
+
+    async def serve_until(self, stop: asyncio.Event) -> None:
+        """Build the endpoint (on a thread), then run its session manager until `stop`."""
+        try:
+            self.endpoint = await asyncio.to_thread(build, self.state, self.allowed_origins)
+        except Exception as problem:  # the extra installed but broken: every other door still serves
+            log.warning("the MCP server at %s could not start (%s: %s); it answers 501", PATH,
+                        type(problem).__name__, problem)
+        if self.endpoint is None:
+            self.ready.set()
+            return
+        async with self.endpoint.session_manager.run():
+            self.ready.set()
+            await stop.wait()
+
+
+def lazy_endpoint(state: HostState, allowed_origins: Sequence[str] = ()) -> LazyEndpoint | None:
+    """The /mcp endpoint to build once started, or None without the `mcp` package (nothing imported here)."""
+    return None if mcp_missing() else LazyEndpoint(state, allowed_origins)
+
+
+def routes(endpoint: LazyEndpoint | None) -> list[BaseRoute]:
+    if endpoint is None:
+        return [Route(PATH, not_installed, methods=["GET", "POST"])]
+    return [Route(PATH, endpoint=endpoint, methods=["POST"])]
 
 
 @asynccontextmanager
-async def running(endpoint: MCPEndpoint | None) -> AsyncIterator[None]:
-    """Run the endpoint's session manager for the app's lifetime (a mounted app's lifespan never runs)."""
+async def running(endpoint: LazyEndpoint | None) -> AsyncIterator[None]:
+    """Build the endpoint and run its session manager for the app's lifetime (a mounted app's
+    lifespan never runs), beside the app: the app is serving meanwhile."""
     if endpoint is None:
         yield
         return
-    async with endpoint.session_manager.run():
+    stop = asyncio.Event()
+    serving = asyncio.create_task(endpoint.serve_until(stop))
+    try:
         yield
+    finally:
+        stop.set()
+        await serving
 
 
 async def not_installed(request: Request) -> Response:
