@@ -154,6 +154,7 @@ async def running(endpoint: LazyEndpoint | None) -> AsyncIterator[None]:
     if endpoint is None:
         yield
         return
+    endpoint.ready = asyncio.Event()  # of this loop: an app may be started again under another (tests)
     stop = asyncio.Event()
     serving = asyncio.create_task(endpoint.serve_until(stop))
     try:
