@@ -297,13 +297,9 @@ class BitChecker:
                 tags.append(tag)
         except (binascii.Error, ValueError):  # bad base64, or text that is not UTF-8 (a lone surrogate)
             return None
-        dimension = self.dimension or (len(raws[0]) // 4 if raws else 0)
-        if not dimension or any(len(raw) != 4 * dimension for raw in raws):
+        matrix = self._matrix(raws)
+        if matrix is None:
             return None
-        matrix = np.frombuffer(b"".join(raws), dtype="<f4").reshape(len(raws), dimension)
-        if len(matrix) and not float(np.abs(matrix).max()) <= MAX_EMBEDDING_MAGNITUDE:
-            return None
-        self.dimension = dimension
         self.read += len(bits)
         kept = self._new(ids, tags)
         counts = [bit.token_count for bit in bits]
@@ -356,15 +352,23 @@ class BitChecker:
             if None in info.values():
                 info = {key: value for key, value in info.items() if value is not None}
             checked.append(_Bit(None, token_count, bit_id, {"text": text, "info": info}, tag))
-        dimension = self.dimension or (len(vectors[0]) // 4 if vectors else 0)
-        if not dimension or any(len(raw) != 4 * dimension for raw in vectors):
+        matrix = self._matrix(vectors)
+        if matrix is None:
             return None
-        matrix = np.frombuffer(b"".join(vectors), dtype="<f4").reshape(len(vectors), dimension)
+        return [bit._replace(vector=matrix[row]) for row, bit in enumerate(checked)]
+
+    def _matrix(self, raws: list[bytes]) -> np.ndarray | None:
+        """The decoded vectors as one matrix, if all have the model's dimension and finite values
+        within the limit (the dimension is learnt from the first when not known yet); else None."""
+        dimension = self.dimension or (len(raws[0]) // 4 if raws else 0)
+        if not dimension or any(len(raw) != 4 * dimension for raw in raws):
+            return None
+        matrix = np.frombuffer(b"".join(raws), dtype="<f4").reshape(len(raws), dimension)
         # max(|x|) <= limit is False for NaN, and infinities exceed the limit: one pass checks both.
         if len(matrix) and not float(np.abs(matrix).max()) <= MAX_EMBEDDING_MAGNITUDE:
             return None
         self.dimension = dimension
-        return [bit._replace(vector=matrix[row]) for row, bit in enumerate(checked)]
+        return matrix
 
     def _one(self, bit: Any, where: str) -> _Bit | None:
         """One bit checked field by field, every problem reported; None unless it is whole."""
