@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 import numpy as np
@@ -290,20 +291,17 @@ def at(started: float, second: float) -> None:
 Step = Callable[[], None]
 
 
-class OriginUnderTest:
+class OriginUnderTest(Protocol):
     """What the scenario needs of an origin: its URL and environment, publishing to it, stopping and restarting it."""
 
     url: str
     environment: Mapping[str, str]
 
-    def publish(self, source: Path, access_file: Path) -> None:
-        raise NotImplementedError
+    def publish(self, source: Path, access_file: Path) -> None: ...
 
-    def stop(self) -> None:
-        raise NotImplementedError
+    def stop(self) -> None: ...
 
-    def restart(self) -> None:
-        raise NotImplementedError
+    def restart(self) -> None: ...
 
 
 def phase(started: float, what: str) -> None:

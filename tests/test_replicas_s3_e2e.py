@@ -11,12 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from origin_support import MotoServer, publish, running_moto
-from replica_cluster import OriginUnderTest, run_scenario
+from replica_cluster import run_scenario
 
 DESTINATION = "s3://library/published"
 
 
-class MotoOrigin(OriginUnderTest):
+class MotoOrigin:
     def __init__(self, moto: MotoServer) -> None:
         self.moto = moto
         self.url = DESTINATION

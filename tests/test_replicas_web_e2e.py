@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 from origin_support import publish, wait_for_port
-from replica_cluster import OriginUnderTest, run_scenario
+from replica_cluster import run_scenario
 
 from host.service.harness import free_port
 
 
-class StaticServer(OriginUnderTest):
+class StaticServer:
     def __init__(self, folder: Path) -> None:
         self.folder = folder / "published"
         self.log_path = folder / "http-server.log"
