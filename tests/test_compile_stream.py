@@ -37,9 +37,9 @@ class Kept:
         self.blocks.append(block)
 
 
-def mixed_library(bits: int = 1_300) -> dict:
+def mixed_library(bits: int = 1_300, dimension: int = 8) -> dict:
     """Clustered from 1,000 bits (cluster_from below), with private bits, duplicates and non-ASCII text."""
-    library = make_library(unit_vectors(bits, seed=3), [10 + row % 50 for row in range(bits)])
+    library = make_library(unit_vectors(bits, dimension, seed=3), [10 + row % 50 for row in range(bits)])
     for row, bit in enumerate(library["bits"]):
         if row % 7 == 0:
             bit["access_tag"] = "staff"
@@ -54,10 +54,11 @@ def folder_files(folder: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
 
 
-@pytest.mark.parametrize("chunk", [97, 4096, stream.CHUNK], ids=["97-byte chunks", "4k chunks", "default chunks"])
-def test_a_streamed_compile_is_byte_identical_to_compiling_the_parsed_file(tmp_path, monkeypatch, chunk):
+@pytest.mark.parametrize(("chunk", "dimension"), [(97, 8), (4096, 8), (stream.CHUNK, 8), (stream.CHUNK, 6)],
+                         ids=["97-byte chunks", "4k chunks", "default chunks", "base64 without padding"])
+def test_a_streamed_compile_is_byte_identical_to_compiling_the_parsed_file(tmp_path, monkeypatch, chunk, dimension):
     monkeypatch.setattr(stream, "CHUNK", chunk)
-    source = write_library(tmp_path / "lib.json", mixed_library())
+    source = write_library(tmp_path / "lib.json", mixed_library(dimension=dimension))
 
     key = compile_library(source, tmp_path / "streamed", name="lib", cluster_from=1_000)
     write_compiled(parse_library(json.loads(source.read_text())), tmp_path / "whole", key, "lib", cluster_from=1_000)
@@ -112,6 +113,25 @@ def test_streaming_gives_the_bits_and_problems_of_the_whole_file(tmp_path, monke
 
     assert streamed.problems == library_problems(json.loads(source.read_text()))
     assert streamed.problem_count == 3
+
+
+def test_vectors_decoded_a_block_at_once_are_checked_as_each_alone(tmp_path):
+    # 6 values = 24 bytes = 32 base64 characters without padding: a block's texts are decoded joined.
+    library = make_library(unit_vectors(2_100, 6, seed=5))
+    bits = library["bits"]
+    bits[10]["embedding"] = bits[10]["embedding"][:30] + "=="  # right length, but 22 bytes
+    bits[1_500]["embedding"], bits[1_501]["embedding"] = (  # one short, one long: the same length joined
+        bits[1_500]["embedding"][:-4], bits[1_501]["embedding"] + bits[1_500]["embedding"][-4:])
+    bits[2_000]["embedding"] = bits[2_000]["embedding"][:31] + "é"
+    source = write_library(tmp_path / "lib.json", library)
+
+    kept = Kept()
+    streamed = stream_library(source, kept)
+
+    assert streamed.problems == library_problems(json.loads(source.read_text()))
+    assert [problem.split(":")[0] for problem in streamed.problems] == [
+        "bits[10].embedding", "bits[1500].embedding", "bits[1501].embedding", "bits[2000].embedding"]
+    assert kept.blocks == []  # a file with problems hands nothing on
 
 
 @pytest.mark.parametrize("layout", ["bits first", "version 0"])

@@ -275,34 +275,36 @@ class BitChecker:
 
     def check_decoded(self, bits: list[WholeBit]) -> BitBlock | None:
         """The next `bits`, decoded as `WholeBit`s, checked column by column; None (nothing counted)
-        when any of them needs the full checks: the caller then parses them again for `check`."""
-        folder_tag = self.folder_tag
-        raws: list[bytes] = []
-        ids: list[bytes] = []
-        records: list[dict[str, Any]] = []
-        tags: list[str | None] = []
-        decode = pybase64.b64decode
+        when any of them needs the full checks: the caller then parses them again for `check`.
+
+        Each check runs over a whole column at a time (a comprehension, `in`, `min`), not bit by
+        bit: at a million bits the per-bit steps of a loop were a third of reading the file."""
+        if not bits:
+            return None
+        counts = [bit.token_count for bit in bits]
+        tags: list[str | None] = ([bit.access_tag for bit in bits] if self.folder_tag is None
+                                  else [self.folder_tag] * len(bits))
+        infos = [bit.info for bit in bits]
+        urls = [info.get("url") for info in infos]
+        if None in urls or min(counts) < 0 or max(counts) > MAX_TOKEN_COUNT or "" in tags:
+            return None
+        texts = [bit.text for bit in bits]
+        digest = hashlib.sha256
         try:
-            for bit in bits:
-                info = bit.info
-                url = info.get("url")
-                tag = folder_tag if folder_tag is not None else bit.access_tag
-                if url is None or not url.strip() or not 0 <= bit.token_count <= MAX_TOKEN_COUNT or tag == "":
-                    return None
-                if None in info.values():
-                    info = {key: value for key, value in info.items() if value is not None}
-                raws.append(decode(bit.embedding, validate=True))
-                ids.append(canonical_digest(url, bit.text))
-                records.append({"text": bit.text, "info": info})
-                tags.append(tag)
+            stripped = [url.strip() for url in urls]  # type: ignore[union-attr]  # None is refused above
+            if "" in stripped:
+                return None
+            ids = [digest(f"{url}\n{text.strip()}".encode()).digest() for url, text in zip(stripped, texts)]
+            matrix = self._decoded_matrix([bit.embedding for bit in bits])
         except (binascii.Error, ValueError):  # bad base64, or text that is not UTF-8 (a lone surrogate)
             return None
-        matrix = self._matrix(raws)
         if matrix is None:
             return None
+        records = [{"text": text, "info": info if None not in info.values() else
+                    {key: value for key, value in info.items() if value is not None}}
+                   for text, info in zip(texts, infos)]
         self.read += len(bits)
         kept = self._new(ids, tags)
-        counts = [bit.token_count for bit in bits]
         if len(kept) == len(bits):
             return BitBlock(matrix, counts, ids, records, tags)
         return BitBlock(matrix[kept], [counts[row] for row in kept], [ids[row] for row in kept],
@@ -314,9 +316,13 @@ class BitChecker:
         One copy per tag: which copy a caller gets is decided per caller (ModelIndex), so a private
         copy listed first never hides a public one."""
         seen = self._seen
+        keys = [bit_id if tag is None else bit_id + tag.encode() for bit_id, tag in zip(ids, tags, strict=True)]
+        fresh = set(keys)
+        if len(fresh) == len(keys) and seen.isdisjoint(fresh):  # the usual block: no copy at all
+            seen |= fresh
+            return list(range(len(keys)))
         kept = []
-        for row, (bit_id, tag) in enumerate(zip(ids, tags, strict=True)):
-            key = bit_id if tag is None else bit_id + tag.encode()
+        for row, key in enumerate(keys):
             if key in seen:
                 self.dropped += 1
                 continue
@@ -357,15 +363,30 @@ class BitChecker:
             return None
         return [bit._replace(vector=matrix[row]) for row, bit in enumerate(checked)]
 
+    def _decoded_matrix(self, encoded: list[str]) -> np.ndarray | None:
+        """`_matrix` of the base64 texts. Where a vector's base64 has no padding (4 x dimension a
+        multiple of 3: 384, 768, 1536...), texts of the right length joined are one base64 text
+        of the matrix, decoded in one call; a bad character or a `=` anywhere fails it as it
+        fails a text alone."""
+        dimension = self.dimension
+        if dimension and 4 * dimension % 3 == 0 and set(map(len, encoded)) == {16 * dimension // 3}:
+            raw = pybase64.b64decode("".join(encoded), validate=True)
+            return self._checked(raw, len(encoded), dimension) if len(raw) == 4 * dimension * len(encoded) else None
+        decode = pybase64.b64decode
+        return self._matrix([decode(text, validate=True) for text in encoded])
+
     def _matrix(self, raws: list[bytes]) -> np.ndarray | None:
         """The decoded vectors as one matrix, if all have the model's dimension and finite values
         within the limit (the dimension is learnt from the first when not known yet); else None."""
         dimension = self.dimension or (len(raws[0]) // 4 if raws else 0)
         if not dimension or any(len(raw) != 4 * dimension for raw in raws):
             return None
-        matrix = np.frombuffer(b"".join(raws), dtype="<f4").reshape(len(raws), dimension)
+        return self._checked(b"".join(raws), len(raws), dimension)
+
+    def _checked(self, raw: bytes, rows: int, dimension: int) -> np.ndarray | None:
+        matrix = np.frombuffer(raw, dtype="<f4").reshape(rows, dimension)
         # max(|x|) <= limit is False for NaN, and infinities exceed the limit: one pass checks both.
-        if len(matrix) and not float(np.abs(matrix).max()) <= MAX_EMBEDDING_MAGNITUDE:
+        if rows and not float(np.abs(matrix).max()) <= MAX_EMBEDDING_MAGNITUDE:
             return None
         self.dimension = dimension
         return matrix
