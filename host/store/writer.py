@@ -58,7 +58,7 @@ from host.store.text_process import TextIndexer
 
 STORE_FORMAT = 7  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json; 6: clustered layout; 7: this writer, codes
 ROW_BLOCK = 4096  # rows copied at a time when writing a permuted matrix (no second full copy)
-RECORD_BLOCK_BYTES = 1 << 20  # records rewritten at a time, at most (17 bytes of temporaries a byte)
+RECORD_BLOCK_BYTES = 1 << 20  # records rewritten at a time, at most
 PARTS = 16  # the vectors are put in the layout's order through this many files (RowParts)
 HEADER_BYTES = 128  # the .npy header of any (rows, dimension) float32 array up to 10^15 rows
 Step = Callable[[str, float], None]  # (what is being done, fraction of it done)
@@ -431,14 +431,16 @@ def _gathered(path: Path, shape: tuple[int, int], order: np.ndarray) -> Iterator
 
 
 def _rewrite_records(path: Path, lengths: np.ndarray, order: np.ndarray) -> None:
-    """records.bin (file order) rewritten in the layout's order, a block of rows at a time."""
+    """records.bin (file order) rewritten in the layout's order, a block of rows at a time: each
+    row's bytes sliced from the map and joined (gathering them byte by byte through an index of
+    8 bytes a byte took 1.5 s of a 1M-bit compile; slices, 0.3 s)."""
     file_order = path.with_name(".file-order.bin")
     path.rename(file_order)
     starts = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=starts[1:])
     ends = np.cumsum(lengths[order])  # where each row ends in the rewritten file
     with Mapped(file_order) as mapped, path.open("wb") as handle:
-        records = mapped.bytes()
+        records = mapped.bytes().data
         first = blocks = 0
         while first < len(order):
             # At most ROW_BLOCK rows and RECORD_BLOCK_BYTES bytes (or one row, however long).
@@ -446,14 +448,8 @@ def _rewrite_records(path: Path, lengths: np.ndarray, order: np.ndarray) -> None
             last = min(first + ROW_BLOCK,
                        max(first + 1, int(np.searchsorted(ends, written + RECORD_BLOCK_BYTES, side="right"))))
             rows = order[first:last]
-            sizes = lengths[rows]
-            # The bytes of each row in turn: its start, then one more for each byte after it.
-            steps = np.ones(int(sizes.sum()), dtype=np.int64)
-            places = np.cumsum(sizes)[:-1]
-            steps[0] = starts[rows[0]]
-            steps[places] = starts[rows[1:]] - (starts[rows[:-1]] + sizes[:-1] - 1)
-            handle.write(records[np.cumsum(steps)].data)
-            del steps, places
+            handle.write(b"".join([records[start:stop] for start, stop in
+                                   zip(starts[rows].tolist(), (starts[rows] + lengths[rows]).tolist())]))
             first, blocks = last, blocks + 1
             if blocks % 16 == 0:  # at most 16 blocks of rows' pages held at a time
                 mapped.release()
