@@ -46,7 +46,8 @@ LAYOUT = "text_index.json"
 ALIGNMENT = 64
 DTYPES = ("|u1", "<i4", "<i8", "<f8")
 TOKENIZE_CHUNK = 4096  # rows tokenized at a time: their word strings are freed once numbered
-FINISH_ROWS = 65_536  # rows whose positions are keyed at a time when finishing a word index
+FINISH_WORDS = 1 << 20  # words whose positions are keyed at a time when finishing a word index
+NARROW_BLOCK = 1 << 16  # positions narrowed to int32 at a time
 WORD_ARRAYS = ("words", "word_offsets", "term_offsets", "positions", "layout")
 VALUE_ARRAYS = ("values", "value_offsets", "value_ids", "numbers")
 
@@ -217,8 +218,11 @@ class WordIndexBuilder:
         lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, dtype=np.int64)
         vocabulary, renumber = _sorted_numbering(self.numbering, row_break=True)
         self.numbering = _Numbering()
-        term_ids = renumber.astype(np.int32)[np.concatenate(self.numbers)] if self.numbers else np.zeros(0, np.int32)
+        numbers = np.concatenate(self.numbers) if self.numbers else np.zeros(0, np.int32)
         self.lengths, self.numbers = [], []
+        # int64: `finish` keys each word in place (8 bytes a word then, not 4 now and 8 more then).
+        term_ids = renumber.astype(np.int64)[numbers]
+        del numbers
         term_offsets = np.zeros(len(vocabulary) + 1, dtype=np.int64)
         np.cumsum(np.bincount(term_ids, minlength=len(vocabulary)), out=term_offsets[1:])
         data, offsets = sorted_strings_arrays(vocabulary)
@@ -236,23 +240,39 @@ class WordIndexBuilder:
         dtype = np.int32 if (rows << shift) <= np.iinfo(np.int32).max else np.int64
         key_bits = max(int(rows << shift).bit_length(), 1)
         # One sort by (word, position): the keys grow with the position already, so a sort of the
-        # combined number leaves each word's positions in order.
-        combined = np.empty(len(term_ids), dtype=np.int64)
+        # combined number leaves each word's positions in order. The keys are the term ids' own
+        # array (int64 from `prepare`), filled in place: the sort holds 8 bytes a word, no more.
+        combined = term_ids
+        del term_ids
+        np.left_shift(combined, key_bits, out=combined)
         ends = np.cumsum(lengths)
-        for first in range(0, rows, FINISH_ROWS):  # a chunk of rows at a time: small temporaries
-            chunk_lengths = lengths[first : first + FINISH_ROWS]
-            start, stop = int(ends[first] - lengths[first]), int(ends[first + len(chunk_lengths) - 1])
-            row_of_word = np.repeat(np.arange(first, first + len(chunk_lengths), dtype=np.int64), chunk_lengths)
+        first = 0
+        while first < rows:  # the rows of about FINISH_WORDS words at a time (one at least): small temporaries
+            start = int(ends[first] - lengths[first])
+            last = max(first + 1, int(np.searchsorted(ends, start + FINISH_WORDS, side="right")))
+            chunk_lengths = lengths[first:last]
+            stop = int(ends[last - 1])
+            row_of_word = np.repeat(np.arange(first, last, dtype=np.int64), chunk_lengths)
             if stored_row is not None:
                 row_of_word = stored_row[row_of_word]
             in_row = np.arange(stop - start, dtype=np.int64) - np.repeat(np.cumsum(chunk_lengths) - chunk_lengths,
                                                                         chunk_lengths)
-            part = combined[start:stop]
-            np.left_shift(term_ids[start:stop], key_bits, out=part, dtype=np.int64)
-            part |= (row_of_word << shift) | in_row
+            combined[start:stop] |= (row_of_word << shift) | in_row
+            first = last
         combined.sort()
         np.bitwise_and(combined, (1 << key_bits) - 1, out=combined)
-        return {**arrays, "positions": combined.astype(dtype), "layout": np.array([shift], dtype=np.int64)}
+        positions = narrowed_in_place(combined) if dtype == np.int32 else combined
+        return {**arrays, "positions": positions, "layout": np.array([shift], dtype=np.int64)}
+
+
+def narrowed_in_place(values: np.ndarray) -> np.ndarray:
+    """`values` (int64, each within int32) as int32, written over the first half of their own buffer
+    (no second array). A block writes below where the blocks after it read; numpy copies the first
+    block, whose bytes overlap, through a temporary."""
+    narrow: np.ndarray = values.view(np.int32)[: len(values)]
+    for start in range(0, len(values), NARROW_BLOCK):
+        narrow[start : start + NARROW_BLOCK] = values[start : start + NARROW_BLOCK]
+    return narrow
 
 
 def build_word_index(texts: Sequence[str]) -> dict[str, np.ndarray]:

@@ -18,8 +18,8 @@ Memory stays at a few dozen bytes per bit plus the text index, whatever the vect
    runs on a thread of its own...
 3. ...while the records' words are read for the text index (Python, this thread), in file
    order (or in a second process, host/store/text_process.py); the index is finished in stored
-   order once the vectors are rewritten, so that its last sort and the rewrite's buffers are never
-   in memory together.
+   order once the layout is known, beside the rewrite: its last sort holds 8 bytes a word (the
+   term ids' own array, keyed in place), so the two fit together in the vectors' size.
 
 Rows are read back with pread (`RowFile`) or through a map whose pages are let go of every few
 blocks (`Mapped`), never through a plain map: its scattered reads keep whole runs of pages around
@@ -147,7 +147,9 @@ class StoreWriter:
         step("writing", 0.0)
         if layout is not None:
             write_synced(folder / "source_rows.npy", partial(np.save, arr=layout.order))
-        # The vectors are rewritten in the layout's order on a thread, beside the records here.
+        # The text index is finished in stored order (its process sorts ~8 bytes a word), the vectors
+        # are rewritten on a thread and the records here, all at once.
+        self._text.finish("source_rows.npy" if layout is not None else None)
         rewrite = self._in_background(lambda: parts.write(folder / "embeddings.npy", scale, step)
                                       if layout is not None and scale is not None else None)
         record_offsets = np.zeros(rows + 1, dtype=np.int64)
@@ -179,9 +181,6 @@ class StoreWriter:
         rewrite.result()
         sync(folder / "embeddings.npy")
         release_free_memory()  # the rewrite's buffers
-        # Only now: the text index's one big sort (~16 bytes a word) beside the rewrite's buffers
-        # took the compile past the size of the vectors (1.55x at 100k x 1536; so 1.13x, ~1.4 s later).
-        self._text.finish("source_rows.npy" if layout is not None else None)
         self._text.wait()
         message = header.details.get("message")
         public_digest = hashlib.sha256(message.encode() if isinstance(message, str) else b"\0")
@@ -441,7 +440,7 @@ def _rewrite_records(path: Path, lengths: np.ndarray, order: np.ndarray) -> None
     ends = np.cumsum(lengths[order])  # where each row ends in the rewritten file
     with Mapped(file_order) as mapped, path.open("wb") as handle:
         records = mapped.bytes().data
-        first = blocks = 0
+        first = 0
         while first < len(order):
             # At most ROW_BLOCK rows and RECORD_BLOCK_BYTES bytes (or one row, however long).
             written = int(ends[first - 1]) if first else 0
@@ -450,9 +449,8 @@ def _rewrite_records(path: Path, lengths: np.ndarray, order: np.ndarray) -> None
             rows = order[first:last]
             handle.write(b"".join([records[start:stop] for start, stop in
                                    zip(starts[rows].tolist(), (starts[rows] + lengths[rows]).tolist())]))
-            first, blocks = last, blocks + 1
-            if blocks % 16 == 0:  # at most 16 blocks of rows' pages held at a time
-                mapped.release()
+            first = last
+            mapped.release()  # the block's rows are scattered: each held a page of its own
         del records
     file_order.unlink()
 
