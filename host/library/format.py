@@ -288,13 +288,12 @@ class BitChecker:
         urls = [info.get("url") for info in infos]
         if None in urls or min(counts) < 0 or max(counts) > MAX_TOKEN_COUNT or "" in tags:
             return None
+        present = [url for url in urls if url is not None]  # every one (None is refused above)
+        if "" in [url.strip() for url in present]:
+            return None
         texts = [bit.text for bit in bits]
-        digest = hashlib.sha256
         try:
-            stripped = [url.strip() for url in urls]  # type: ignore[union-attr]  # None is refused above
-            if "" in stripped:
-                return None
-            ids = [digest(f"{url}\n{text.strip()}".encode()).digest() for url, text in zip(stripped, texts)]
+            ids = [canonical_digest(url, text) for url, text in zip(present, texts)]
             matrix = self._decoded_matrix([bit.embedding for bit in bits])
         except (binascii.Error, ValueError):  # bad base64, or text that is not UTF-8 (a lone surrogate)
             return None

@@ -21,8 +21,8 @@ Memory stays at a few dozen bytes per bit plus the text index, whatever the vect
    order once the layout is known, beside the rewrite: its last sort holds 8 bytes a word (the
    term ids' own array, keyed in place), so the two fit together in the vectors' size.
 
-Rows are read back with pread (`RowFile`) or through a map whose pages are let go of every few
-blocks (`Mapped`), never through a plain map: its scattered reads keep whole runs of pages around
+Rows are read back with pread (`RowFile`) or through a map whose pages are let go of after each
+block (`Mapped`), never through a plain map: its scattered reads keep whole runs of pages around
 each row, and the resident set would grow to the file.
 
 STORE_FORMAT 7: compiled by this writer (codes.npy, code_scale.npy, id_heads.npy; the public digest
