@@ -82,8 +82,7 @@ def plan_layout(embeddings: Rows | np.ndarray, public: np.ndarray, *, seed: int 
     sample = np.asarray(embeddings[np.sort(training[rng.choice(len(training), sample_size, replace=False)])],
                         dtype=np.float32)
     step("clustering", 0.0)
-    with threadpool_limits(limits=blas_threads(threads), user_api="blas"):
-        centroids = train_centroids(sample, count, rng)
+    centroids = train_centroids(sample, count, rng, threads)
     labels = assign(embeddings, centroids, step, each_block, threads)
     order = np.argsort(labels, kind="stable")  # file order within a cluster
     offsets = np.zeros(count + 1, dtype=np.int64)
@@ -91,8 +90,9 @@ def plan_layout(embeddings: Rows | np.ndarray, public: np.ndarray, *, seed: int 
     return Layout(order=order.astype(np.int64), centroids=centroids, offsets=offsets)
 
 
-def train_centroids(sample: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
-    """Spherical k-means: unit centroids, each row to the centroid of largest dot product.
+def train_centroids(sample: np.ndarray, count: int, rng: np.random.Generator, threads: Threads = None) -> np.ndarray:
+    """Spherical k-means: unit centroids, each row to the centroid of largest dot product, with the
+    threads `threads()` allows BLAS at each round (a text index process beside may finish meanwhile).
 
     A centroid left with no rows takes half of the largest cluster (faiss's rule: the two move
     apart by a small perturbation), so that clusters stay of similar sizes and a probe reads about
@@ -101,7 +101,8 @@ def train_centroids(sample: np.ndarray, count: int, rng: np.random.Generator) ->
     centroids = _unit(sample[np.sort(rng.choice(len(sample), count, replace=False))].astype(np.float64))
     labels = np.empty(len(sample), dtype=np.int64)
     for _ in range(ITERATIONS):
-        nearest_centroids(sample, centroids, out=labels)
+        with threadpool_limits(limits=blas_threads(threads), user_api="blas"):
+            nearest_centroids(sample, centroids, out=labels)
         sizes = np.bincount(labels, minlength=count)
         by_cluster = sample[np.argsort(labels, kind="stable")]
         bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
