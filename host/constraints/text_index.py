@@ -218,11 +218,15 @@ class WordIndexBuilder:
         lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, dtype=np.int64)
         vocabulary, renumber = _sorted_numbering(self.numbering, row_break=True)
         self.numbering = _Numbering()
-        numbers = np.concatenate(self.numbers) if self.numbers else np.zeros(0, np.int32)
-        self.lengths, self.numbers = [], []
         # int64: `finish` keys each word in place (8 bytes a word then, not 4 now and 8 more then).
-        term_ids = renumber.astype(np.int64)[numbers]
-        del numbers
+        # Filled from the last chunk of numbers back, each let go of once placed: 8 bytes a word now too.
+        term_ids = np.empty(sum(map(len, self.numbers)), dtype=np.int64)
+        stop = len(term_ids)
+        while self.numbers:
+            chunk = self.numbers.pop()
+            np.take(renumber, chunk, out=term_ids[stop - len(chunk) : stop])
+            stop -= len(chunk)
+        self.lengths = []
         term_offsets = np.zeros(len(vocabulary) + 1, dtype=np.int64)
         np.cumsum(np.bincount(term_ids, minlength=len(vocabulary)), out=term_offsets[1:])
         data, offsets = sorted_strings_arrays(vocabulary)
