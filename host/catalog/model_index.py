@@ -16,6 +16,7 @@ from functools import cached_property
 import numpy as np
 
 from host.library.visibility import allowed_tag_ids
+from host.store.codes import code_scale, encode
 from host.store.compiled import CompiledLibrary
 
 
@@ -29,6 +30,8 @@ class ClusterTable:
     """
 
     centroids: np.ndarray  # (clusters, dimension) float32
+    centroid_codes: np.ndarray  # (clusters, dimension) uint8: the centroids as 8-bit codes (host/store/codes.py)
+    centroid_scale: np.ndarray  # (2, dimension) float32: their scale
     starts: np.ndarray  # (clusters,) int64 global rows
     stops: np.ndarray
     library: np.ndarray  # (clusters,) int64: position of the owning library in ModelIndex.libraries
@@ -60,8 +63,12 @@ class ClusterTable:
         loose = tuple((int(offsets[position]), int(offsets[position + 1])) for position in range(len(libraries))
                       if position not in clustered)
         all_starts, all_stops = np.concatenate(starts).astype(np.int64), np.concatenate(stops).astype(np.int64)
+        every_centroid = centroids[0] if len(centroids) == 1 else np.concatenate(centroids)
+        scale = code_scale(every_centroid.min(axis=0), every_centroid.max(axis=0))
         return cls(
-            centroids=centroids[0] if len(centroids) == 1 else np.concatenate(centroids),
+            centroids=every_centroid,
+            centroid_codes=encode(every_centroid, scale),
+            centroid_scale=scale,
             starts=all_starts,
             stops=all_stops,
             library=np.concatenate(owners),

@@ -15,11 +15,13 @@ from typing import Literal, NamedTuple
 import numpy as np
 
 from host.search.scratch import SCRATCH
+from host.store import kernels
 
 CountType = Literal["token", "bit"]
 FIRST_GUESS_FOR_TOKENS = 64  # candidates taken before the token budget is known to be filled
 GROWTH = 4
 FLOAT32_ROUNDING = 2.0**-23  # twice float32's unit roundoff
+HEAP_UP_TO = 4096  # the largest k the compiled loop finds in a heap; numpy partitions for larger ones
 RESCORE_BLOCK = 256  # rows converted to float64 at a time (a 3 MB buffer at 1536 dimensions)
 NEGATIVE_INFINITY = np.float32(-np.inf)
 
@@ -92,18 +94,31 @@ def best_rows(scores: np.ndarray, k: int, rescore: Rescore, margin: float,
     `scores` are fast float32 scores (-inf for hidden rows). Every row of the exact top k has a
     fast score within `margin` of the k-th fast score, so only those are re-scored exactly.
     """
-    above = SCRATCH.take("above", len(scores), np.bool_)
-    if k >= len(scores):
-        np.greater(scores, NEGATIVE_INFINITY, out=above)
-    else:
-        work = SCRATCH.take("partition", len(scores), scores.dtype)
-        np.copyto(work, scores)
-        work.partition(len(scores) - k)
-        np.greater_equal(scores, work[len(scores) - k] - np.float32(margin), out=above)
-    candidates = np.flatnonzero(above)
+    candidates = _margin_candidates(scores, k, margin)
     exact = rescore(candidates)
     order = np.lexsort((candidates if keys is None else keys[candidates], -exact))[:k]
     return candidates[order], exact[order]
+
+
+def _margin_candidates(scores: np.ndarray, k: int, margin: float) -> np.ndarray:
+    """Positions of the scores at or above the k-th best minus `margin` (every finite one when k
+    covers them all). The compiled loop keeps the k best in a heap (host/store/kernels.py): one call
+    where numpy takes six steps, each dearer with cold caches; it is asked only for small k."""
+    if k >= len(scores):
+        above = SCRATCH.take("above", len(scores), np.bool_)
+        np.greater(scores, NEGATIVE_INFINITY, out=above)
+        return np.flatnonzero(above)
+    compiled = kernels.compiled
+    if compiled is not None and k <= HEAP_UP_TO and scores.dtype == np.float32 and scores.flags.c_contiguous:
+        positions = SCRATCH.take("candidates", len(scores), np.int64)
+        found = compiled.margin_candidates(scores, k, margin, SCRATCH.take("heap", k, np.float32), positions)
+        return positions[:found]
+    above = SCRATCH.take("above", len(scores), np.bool_)
+    work = SCRATCH.take("partition", len(scores), scores.dtype)
+    np.copyto(work, scores)
+    work.partition(len(scores) - k)
+    np.greater_equal(scores, work[len(scores) - k] - np.float32(margin), out=above)
+    return np.flatnonzero(above)
 
 
 def select(

@@ -8,12 +8,13 @@ exactly as an exact scan would (host/search/budget.py: margin candidates re-scor
 order). If that pool cannot fill the budget, it grows; once it would hold half the visible rows,
 an exact scan is cheaper and the caller is told to run one.
 
-A model whose floats exceed --populate-bytes (`Search.codes`, host/search/query.py) is scanned
-through its libraries' 8-bit codes (host/store/codes.py): a quarter of the bytes of its floats, so
-that a store larger than memory keeps what queries scan in memory; a smaller one through its floats.
-Candidates within `CODE_ERRORS` typical code errors of the k-th best (as well as the float32
-rounding margin) are re-scored exactly from the floats, so every similarity returned is
-exact, and so is the order among the rows scanned.
+A model is scanned through its libraries' 8-bit codes (`Search.codes`, host/search/query.py;
+host/store/codes.py) where the compiled scan is built, or where its floats exceed --populate-bytes:
+a quarter of the bytes of its floats, so that a store larger than memory keeps what queries scan
+in memory; otherwise through its floats. Candidates within `CODE_ERRORS` typical code errors of
+the k-th best (as well as the float32 rounding margin and the compiled scan's weight rounding) are
+re-scored exactly from the floats, so every similarity returned is exact, and so is the order
+among the rows scanned.
 
 Invariants: hidden rows are masked inside the slices and never counted, so they decide nothing
 (not which clusters are read, not a place, not a tie); the clusters read depend only on the
@@ -39,6 +40,7 @@ from host.search.budget import (
 )
 from host.search.products import row_dots
 from host.search.scratch import SCRATCH
+from host.store import kernels
 from host.store.codes import BLOCK_VALUES as CODE_VALUES
 from host.store.codes import CodedQuery
 
@@ -63,12 +65,16 @@ class ClusterScan:
         self.coded = [CodedQuery(query, library.code_scale)
                       if codes and library.codes is not None and library.code_scale is not None else None
                       for library in index.libraries]
-        errors = [coded.typical_error for coded in self.coded if coded is not None]
-        if errors:
-            self.margin += CODE_ERRORS * max(errors)
+        coded_libraries = [coded for coded in self.coded if coded is not None]
+        if coded_libraries:
+            self.margin += max(CODE_ERRORS * coded.typical_error + coded.rounding_error for coded in coded_libraries)
         centroid_scores = SCRATCH.take("centroid_scores", self.table.count, np.float32)
-        row_dots(self.table.centroids, query, centroid_scores)
-        np.negative(centroid_scores, out=centroid_scores)
+        if kernels.compiled is not None:  # their codes: a quarter of the bytes, in one call
+            CodedQuery(-query, self.table.centroid_scale).scores(self.table.centroid_codes, [(0, self.table.count)],
+                                                                centroid_scores)
+        else:
+            row_dots(self.table.centroids, query, centroid_scores)
+            np.negative(centroid_scores, out=centroid_scores)
         self.distances = centroid_scores
         self.order = _nearest_first(centroid_scores, self._likely_needed())
 
@@ -123,7 +129,6 @@ class ClusterScan:
         total = sum(sizes)
         rows = SCRATCH.take("pool_rows", total, np.int64)
         scores = SCRATCH.take("pool_scores", total, np.float32)
-        _number_rows(ranges, sizes, rows)
         owners = ([0] * len(ranges) if len(index.libraries) == 1 else
                   (np.searchsorted(index.offsets, [start for start, _ in ranges], side="right") - 1).tolist())
         block = None
@@ -135,13 +140,14 @@ class ClusterScan:
             library, base = index.libraries[owner], int(index.offsets[owner])
             local = [(start - base, stop - base) for start, stop in ranges[first:last]]
             size = sum(sizes[first:last])
-            coded = self.coded[owner]
-            if coded is not None and library.codes is not None:
-                if block is None:
+            coded, part = self.coded[owner], slice(position, position + size)
+            if coded is not None and library.codes is not None:  # the codes, numbering their rows as they go
+                if block is None and coded.compiled is None:
                     block = SCRATCH.take("code_block", CODE_VALUES - CODE_VALUES % index.dimension, np.float32)
-                coded.scores(library.codes, local, scores[position : position + size],
-                             block.reshape(-1, index.dimension))
+                coded.scores(library.codes, local, scores[part], None if block is None else
+                             block.reshape(-1, index.dimension), rows[part], base)
             else:
+                _number_rows(ranges[first:last], sizes[first:last], rows[part])
                 at = position
                 for start, stop in local:
                     row_dots(library.embeddings[start:stop], self.query, scores[at : at + stop - start])

@@ -6,9 +6,10 @@ when not), so the first thousands of queries of a new server or a new library ea
 hundreds of faults. Populating the map (`madvise(MADV_POPULATE_READ)`, Linux 5.14+; `MADV_WILLNEED`
 read-ahead elsewhere) reads the file into the page cache once and maps every page up front.
 
-Only the maps a query reads are populated: the vectors (or, for a model whose vectors are over the
-budget, the 8-bit codes its queries scan instead: host/store/codes.py), the records, and the sign
-codes of a library without clusters (a clustered one never reads them). What is scanned is mapped in 2 MB pages
+Only the maps a query reads are populated: the vectors, the 8-bit codes a clustered library's
+queries scan where they scan them (host/store/codes.py; for a model whose vectors are over the
+budget, in place of the vectors), the records, and the sign codes of a library without clusters (a
+clustered one never reads them). What is scanned is mapped in 2 MB pages
 where the system's transparent huge pages allow it (`madvise` mode, the usual default, or
 `always`): a query's clusters then cost a TLB miss per 2 MB, not per 4 KB (`populate`). The pages
 belong to the page cache, shared by every worker and every process mapping the file; what a worker
@@ -37,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from host.store.compiled import CompiledLibrary
+from host.store.kernels import BUILT as COMPILED_LOOPS
 
 MADV_POPULATE_READ = 22  # linux/mman.h (5.14+); Python's mmap module does not name it
 PAGE = mmap.PAGESIZE
@@ -69,17 +71,21 @@ def default_populate_bytes() -> int:
 
 def mapped_arrays(library: CompiledLibrary, *, codes: bool = False) -> list[np.ndarray]:
     """The memory-mapped arrays a query of this library reads, what it scans first: its floats, or
-    with `codes` (a model too large for its floats to be kept in memory, host/search/query.py's
-    SearchPolicy) a clustered library's 8-bit codes, whose floats are then read only to re-score."""
-    arrays = [scanned_array(library, codes=codes), library.records]
+    a clustered library's 8-bit codes where they are scanned (`scanned_array`). With `codes` (a
+    model too large for its floats to be kept in memory, host/search/query.py's SearchPolicy) its
+    floats are left out: they are then read only to re-score and to answer."""
+    scanned = scanned_array(library, codes=codes)
+    arrays = [scanned] if codes or scanned is library.embeddings else [scanned, library.embeddings]
+    arrays.append(library.records)
     if library.cluster_offsets is None:
         arrays.append(library.sign_codes)
     return [array for array in arrays if array.nbytes and _is_mapped(array)]
 
 
 def scanned_array(library: CompiledLibrary, *, codes: bool = False) -> np.ndarray:
-    """What a query of `library` scans: its floats, or with `codes` its 8-bit codes where it has them."""
-    return library.codes if codes and library.codes is not None else library.embeddings
+    """What a query of `library` scans: its 8-bit codes where it has them and they are scanned (the
+    compiled code scan is built, or with `codes`), else its floats."""
+    return library.codes if (codes or COMPILED_LOOPS) and library.codes is not None else library.embeddings
 
 
 def mapped_bytes(library: CompiledLibrary, *, codes: bool = False) -> int:

@@ -1,0 +1,156 @@
+"""The query core's compiled loops (host/store/kernels.py): built in CI, the same answers as numpy's steps,
+and arguments that do not fit refused before anything is read."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from librarian import brute_force_ranking
+from test_clusters import NOBODY, blobs, compile_file, library_file
+
+from host.catalog.model_index import ModelIndex
+from host.search import budget
+from host.search.engine import Search, rank
+from host.store import kernels
+from host.store.codes import CodedQuery, code_scale, encode
+
+IN_CI = os.environ.get("CI") == "true"
+needs_kernels = pytest.mark.skipif(not kernels.BUILT and not IN_CI, reason="host/store/_kernels.c was not built here")
+
+
+@pytest.fixture
+def numpy_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The steps as they run where the extension was not built."""
+    monkeypatch.setattr(kernels, "compiled", None)
+
+
+def test_the_compiled_loops_are_built_in_ci() -> None:
+    if not IN_CI:
+        pytest.skip("only CI must build them (a C compiler is there)")
+    assert kernels.BUILT, "host/store/_kernels.c did not build: pip install -e . printed why"
+
+
+def codes_and_query(dimension: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    rows = rng.standard_normal((700, dimension)).astype(np.float32)
+    scale = code_scale(rows.min(axis=0), rows.max(axis=0))
+    query = rng.standard_normal(dimension).astype(np.float32)
+    return rows, scale, encode(rows, scale), query
+
+
+@needs_kernels
+@pytest.mark.parametrize("dimension", [5, 384, 1536, 3000])
+def test_the_integer_weights_are_the_query_s_weights_rounded_so_the_largest_is_32767(dimension: int) -> None:
+    _, scale, _, query = codes_and_query(dimension, seed=dimension)
+    coded = CodedQuery(query, scale)
+
+    weights = query.astype(np.float64) * scale[1]
+    factor = 32767 / np.abs(weights).max()
+    errors = coded.integer_weights / factor - weights
+    assert np.abs(coded.integer_weights).max() == 32767
+    assert np.all(np.abs(coded.integer_weights - weights * factor) <= 0.5)
+    assert coded.integer_scale == pytest.approx(1 / factor, rel=1e-12)
+    assert coded.base == np.float32(query.astype(np.float64) @ scale[0])
+    assert coded.typical_error == pytest.approx(np.sqrt(np.sum(weights**2) / 12), rel=1e-9)
+    assert coded.rounding_error == pytest.approx(255 * np.abs(errors).sum(), rel=1e-9)
+    assert coded.offset == pytest.approx(float(coded.base) - 127.5 * errors.sum(), abs=1e-9)
+
+
+@needs_kernels
+@pytest.mark.parametrize("dimension", [7, 1536])
+def test_compiled_code_scores_are_numpy_s_within_half_the_rounding_error_and_number_their_rows(
+        dimension: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    _, scale, codes, query = codes_and_query(dimension, seed=3)
+    ranges = [(40, 90), (0, 3), (650, 700), (200, 200)]
+    size = sum(stop - start for start, stop in ranges)
+    compiled, compiled_rows = np.empty(size, np.float32), np.empty(size, np.int64)
+    coded = CodedQuery(query, scale)
+    coded.scores(codes, ranges, compiled, rows=compiled_rows, first_row=1000)
+    monkeypatch.setattr(kernels, "compiled", None)
+    in_numpy, numpy_rows = np.empty(size, np.float32), np.empty(size, np.int64)
+    CodedQuery(query, scale).scores(codes, ranges, in_numpy, rows=numpy_rows, first_row=1000)
+
+    expected_rows = np.concatenate([np.arange(start, stop) for start, stop in ranges]) + 1000
+    assert compiled_rows.tolist() == numpy_rows.tolist() == expected_rows.tolist()
+    float_slack = 1e-6 * np.abs(in_numpy).max()
+    assert np.abs(compiled - in_numpy).max() <= coded.rounding_error / 2 + float_slack
+    assert 0 < coded.rounding_error < coded.typical_error  # a small widening of the margin
+
+
+@needs_kernels
+@pytest.mark.parametrize("k", [1, 3, 10, 64, 299, 300])
+def test_margin_candidates_are_the_same_positions_numpy_finds(k: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(k)
+    scores = rng.standard_normal(300).astype(np.float32).round(1)  # many ties
+    scores[rng.integers(0, 300, 40)] = -np.inf  # hidden rows
+    k = min(k, int(np.isfinite(scores).sum()))
+    for margin in (0.0, 0.1, 0.35):
+        compiled = budget._margin_candidates(scores, k, margin).tolist()
+        with monkeypatch.context() as patched:
+            patched.setattr(kernels, "compiled", None)
+            assert compiled == budget._margin_candidates(scores, k, margin).tolist()
+        threshold = np.sort(scores)[-k] - np.float32(margin)
+        assert compiled == np.flatnonzero(scores >= threshold).tolist()
+
+
+@pytest.fixture(scope="module")
+def clustered_index(tmp_path_factory: pytest.TempPathFactory) -> tuple[ModelIndex, np.ndarray]:
+    folder = tmp_path_factory.mktemp("kernels")
+    vectors = blobs(1500, seed=7)
+    vectors[800:820] = vectors[5]  # ties that only file order breaks
+    tags = ["team" if row % 4 == 1 else None for row in range(1500)]
+    library = compile_file(library_file(folder / "lib.json", vectors, tags=tags), cluster_from=100)
+    return ModelIndex.build((library,)), vectors
+
+
+def answers(index: ModelIndex, queries: np.ndarray) -> list[tuple[list[int], list[float]]]:
+    found = []
+    for query in queries:
+        for granted, count, count_type in ((NOBODY, 10, "bit"), (frozenset({"team"}), 25, "bit"), (NOBODY, 300, "token")):
+            selection = rank(index, query, granted=granted, count=count, count_type=count_type,  # type: ignore[arg-type]
+                             search=Search(approximate=True, oversample=200, probes=2))
+            found.append((selection.rows.tolist(), selection.scores.tolist()))
+    return found
+
+
+@needs_kernels
+def test_a_search_answers_the_same_with_or_without_the_compiled_loops(
+        clustered_index: tuple[ModelIndex, np.ndarray], monkeypatch: pytest.MonkeyPatch) -> None:
+    index, vectors = clustered_index
+    queries = np.concatenate([vectors[[5, 100, 900]] + 0.01, blobs(5, seed=8)]).astype(np.float32)
+    compiled = answers(index, queries)
+    monkeypatch.setattr(kernels, "compiled", None)
+    assert compiled == answers(index, queries)
+    # ... and near a stored bit, the ten a public caller gets are the exact ten, ties in file order.
+    public = [row % 4 != 1 for row in range(len(vectors))]
+    assert index.tie_keys is not None
+    for query, (rows, _) in zip(queries[:3], compiled[::3]):
+        assert index.tie_keys[rows].tolist() == brute_force_ranking(vectors, query, public)[:10]
+
+
+@needs_kernels
+def test_arguments_that_do_not_fit_are_refused_before_anything_is_read() -> None:
+    compiled = kernels.compiled
+    assert compiled is not None
+    codes, weights = np.zeros((10, 4), np.uint8), np.zeros(4, np.int16)
+    out, rows = np.empty(20, np.float32), np.empty(20, np.int64)
+    with pytest.raises(ValueError, match="outside the codes"):
+        compiled.code_scores(codes, 4, np.array([[5, 11]], np.int64), weights, 1.0, 0.0, out)
+    with pytest.raises(ValueError, match="outside the codes"):
+        compiled.code_scores(codes, 4, np.array([[6, 5]], np.int64), weights, 1.0, 0.0, out)
+    with pytest.raises(ValueError, match="shorter"):
+        compiled.code_scores(codes, 4, np.array([[0, 10]], np.int64), weights, 1.0, 0.0, out[:9])
+    with pytest.raises(ValueError, match="shorter"):
+        compiled.code_scores(codes, 4, np.array([[0, 10]], np.int64), weights, 1.0, 0.0, out, rows[:9])
+    with pytest.raises(ValueError, match="do not agree"):
+        compiled.code_scores(codes, 4, np.array([[0, 10]], np.int64), np.zeros(3, np.int16), 1.0, 0.0, out)
+    with pytest.raises(TypeError, match="weights"):
+        compiled.code_scores(codes, 4, np.array([[0, 10]], np.int64), np.zeros(4, np.float32), 1.0, 0.0, out)
+    with pytest.raises(ValueError, match="k must be"):
+        compiled.margin_candidates(np.zeros(5, np.float32), 6, 0.0, np.empty(6, np.float32), np.empty(5, np.int64))
+    with pytest.raises(ValueError, match="k must be"):
+        compiled.margin_candidates(np.zeros(5, np.float32), 0, 0.0, np.empty(1, np.float32), np.empty(5, np.int64))
+    with pytest.raises(ValueError, match="agree"):
+        compiled.integer_weights(np.zeros(4, np.float32), np.zeros((2, 5), np.float32), np.empty(4, np.int16))
