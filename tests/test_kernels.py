@@ -11,7 +11,7 @@ from librarian import brute_force_ranking
 from test_clusters import NOBODY, blobs, compile_file, library_file
 
 from host.catalog.model_index import ModelIndex
-from host.search import budget
+from host.search import budget, cluster_scan
 from host.search.engine import Search, rank
 from host.store import kernels
 from host.store.codes import CodedQuery, code_scale, encode
@@ -95,6 +95,40 @@ def test_margin_candidates_are_the_same_positions_numpy_finds(k: int, monkeypatc
         assert compiled == np.flatnonzero(scores >= threshold).tolist()
 
 
+@needs_kernels
+@pytest.mark.parametrize("needed", [0, 1, 5, 16, 70])
+def test_the_nearest_clusters_come_in_the_order_numpy_gives_them(needed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(needed)
+    for similarities in (rng.standard_normal(300).astype(np.float32).round(1),  # many ties
+                         np.zeros(300, np.float32), rng.standard_normal(300).astype(np.float32)):
+        compiled = cluster_scan._nearest_first(similarities, needed).tolist()
+        with monkeypatch.context() as patched:
+            patched.setattr(kernels, "compiled", None)
+            assert compiled == cluster_scan._nearest_first(similarities, needed).tolist()
+        boundary = np.sort(similarities)[::-1][needed]
+        assert sorted(compiled) == np.flatnonzero(similarities >= boundary).tolist()
+        assert compiled == sorted(compiled, key=lambda cluster: (-similarities[cluster], cluster))
+
+
+@needs_kernels
+@pytest.mark.parametrize("dimension", [1, 7, 8, 384, 1536])
+def test_exact_scores_are_float64_sums_rounded_to_float32_as_numpy_gives_them(
+        dimension: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(dimension)
+    vectors = rng.standard_normal((300, dimension)).astype(np.float32)
+    query = rng.standard_normal(dimension).astype(np.float32)
+    compiled = budget.exact_scores(vectors[::2], query)  # a strided view, read as a copy
+    monkeypatch.setattr(kernels, "compiled", None)
+    in_numpy = budget.exact_scores(vectors[::2], query)
+    # Another order of the float64 sum may round to a neighbouring float32, as with another BLAS;
+    # on these vectors it never does.
+    assert compiled.dtype == np.float32 and compiled.tolist() == in_numpy.tolist()
+    assert budget.exact_scores(vectors[:0], query).shape == (0,)
+    monkeypatch.undo()
+    rows = np.array([299, 0, 17, 17], np.int64)  # read where they are, in this order
+    assert budget.exact_scores_of(vectors, query, rows).tolist() == budget.exact_scores(vectors[rows], query).tolist()
+
+
 @pytest.fixture(scope="module")
 def clustered_index(tmp_path_factory: pytest.TempPathFactory) -> tuple[ModelIndex, np.ndarray]:
     folder = tmp_path_factory.mktemp("kernels")
@@ -152,5 +186,12 @@ def test_arguments_that_do_not_fit_are_refused_before_anything_is_read() -> None
         compiled.margin_candidates(np.zeros(5, np.float32), 6, 0.0, np.empty(6, np.float32), np.empty(5, np.int64))
     with pytest.raises(ValueError, match="k must be"):
         compiled.margin_candidates(np.zeros(5, np.float32), 0, 0.0, np.empty(1, np.float32), np.empty(5, np.int64))
+    with pytest.raises(ValueError, match=r"len\(out\) rows"):
+        compiled.exact_dots(np.zeros((3, 4), np.float32), np.zeros(5, np.float32), np.empty(3, np.float32))
+    with pytest.raises(ValueError, match="every one of `rows`"):
+        compiled.exact_dots(np.zeros((3, 4), np.float32), np.zeros(4, np.float32), np.empty(2, np.float32),
+                            np.array([0, 3], np.int64))
+    with pytest.raises(ValueError, match="needed"):
+        compiled.highest_first(np.zeros(5, np.float32), 5, np.empty(6, np.float32), np.empty(5, np.int64))
     with pytest.raises(ValueError, match="agree"):
         compiled.integer_weights(np.zeros(4, np.float32), np.zeros((2, 5), np.float32), np.empty(4, np.int16))

@@ -30,8 +30,17 @@ def exact_scores(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
     """The similarity a client sees: the dot product accumulated in float64, rounded to float32.
 
     The same value for a bit wherever it sits and whatever else the library holds (private bits
-    included), in every search mode: the float32 pass is only a filter in front of it.
+    included), in every search mode: the float32 pass is only a filter in front of it. The compiled
+    loop (host/store/kernels.py) sums in another order than BLAS: the float64 sums differ in their
+    last bits, so a similarity may differ by one float32 unit between a host built with it and one
+    without, as between two BLAS libraries; on one host every path takes the same one.
     """
+    compiled = kernels.compiled
+    if compiled is not None:
+        scores = np.empty(len(vectors), dtype=np.float32)
+        compiled.exact_dots(np.ascontiguousarray(vectors, dtype=np.float32),
+                            np.ascontiguousarray(query, dtype=np.float32), scores)
+        return scores
     query64 = query.astype(np.float64)
     dimension = len(query)
     block = SCRATCH.take("rescore", min(len(vectors), RESCORE_BLOCK) * dimension, np.float64)
@@ -68,7 +77,14 @@ class Filled(NamedTuple):
 
 
 def exact_scores_of(vectors: np.ndarray, query: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The exact scores of some of `vectors`: a `Rescore` once the first two are bound."""
+    """The exact scores of some of `vectors`: a `Rescore` once the first two are bound. The compiled
+    loop reads the rows where they are (a query's dozen candidates: no 72 KB gathered first)."""
+    compiled = kernels.compiled
+    if compiled is not None and vectors.dtype == np.float32 and vectors.flags.c_contiguous:
+        scores = np.empty(len(rows), dtype=np.float32)
+        compiled.exact_dots(vectors, np.ascontiguousarray(query, dtype=np.float32), scores,
+                            np.ascontiguousarray(rows, dtype=np.int64))
+        return scores
     return exact_scores(vectors[rows], query)
 
 

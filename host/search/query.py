@@ -104,8 +104,9 @@ def choose_model(catalog: Catalog, model: str | None, grant: Grant, *, reveal_al
 
 
 def run_query(index: ModelIndex, query: Query, grant: Grant, policy: SearchPolicy, *,
-              count_restricted: bool = False) -> Selection:
-    """The bits `grant` may see that best answer `query`, within its budget."""
+              count_restricted: bool = False, search: Search | None = None) -> Selection:
+    """The bits `grant` may see that best answer `query`, within its budget. `search` is what
+    `policy.for_index` gives for this index and grant, if the caller has asked already."""
     return rank(
         index,
         query.vector,
@@ -113,7 +114,7 @@ def run_query(index: ModelIndex, query: Query, grant: Grant, policy: SearchPolic
         count=query.count,
         count_type=query.count_type,
         count_restricted=count_restricted,
-        search=policy.for_index(index, grant.access_tags),
+        search=search or policy.for_index(index, grant.access_tags),
         constraint=narrowing_mask(index, query),
         similarity_threshold=query.similarity_threshold,
     )

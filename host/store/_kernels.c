@@ -246,7 +246,120 @@ static PyObject *integer_weights(PyObject *module, PyObject *args) {
                          LEVELS * error_size);
 }
 
+/* Eight float64 sums side by side, each over every eighth value, added in a fixed order: the same
+   result whichever clone runs (a float32 product is exact in float64, so fused multiply-adds change
+   nothing), and a sum the compiler can keep in vector registers without reordering it. */
+CLONED
+static double exact_dot(const float *row, const float *query, Py_ssize_t dimension) {
+    double sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    Py_ssize_t i = 0;
+    for (; i + 8 <= dimension; i += 8)
+        for (int lane = 0; lane < 8; lane++)
+            sums[lane] += (double)row[i + lane] * (double)query[i + lane];
+    for (; i < dimension; i++)
+        sums[i % 8] += (double)row[i] * (double)query[i];
+    return ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]));
+}
+
+PyDoc_STRVAR(exact_dots_doc,
+"exact_dots(vectors, query, out, rows=None)\n\n"
+"out[i] = the dot product of row i of `vectors` (float32, rows x dimension, C order), or with\n"
+"`rows` (int64) of row rows[i], with `query` (float32), accumulated in float64 and rounded to\n"
+"float32: the similarity clients see. Rows are read where they are: nothing is gathered.");
+
+static PyObject *exact_dots(PyObject *module, PyObject *args) {
+    PyObject *objects[4] = {NULL, NULL, NULL, Py_None};
+    if (!PyArg_ParseTuple(args, "OOO|O:exact_dots", &objects[0], &objects[1], &objects[2], &objects[3]))
+        return NULL;
+    static const char *names[] = {"vectors", "query", "out", "rows"};
+    static const Py_ssize_t items[] = {4, 4, 4, 8};
+    Py_buffer views[4];
+    int wanted = objects[3] == Py_None ? 3 : 4;
+    for (int held = 0; held < wanted; held++)
+        if (get_buffer(objects[held], &views[held], held == 2, items[held], names[held]) != 0) {
+            release(views, held);
+            return NULL;
+        }
+    Py_ssize_t dimension = views[1].len / 4, count = views[2].len / 4;
+    Py_ssize_t stored = dimension > 0 ? views[0].len / 4 / dimension : 0;
+    const int64_t *rows = wanted == 4 ? views[3].buf : NULL;
+    int fits = dimension > 0 && views[0].len % (4 * dimension) == 0 &&
+               (rows ? views[3].len / 8 == count : stored == count);
+    for (Py_ssize_t i = 0; fits && rows && i < count; i++)
+        fits = rows[i] >= 0 && rows[i] < stored;
+    if (fits) {
+        const float *vectors = views[0].buf, *query = views[1].buf;
+        float *out = views[2].buf;
+        for (Py_ssize_t i = 0; i < count; i++)
+            out[i] = (float)exact_dot(vectors + (rows ? rows[i] : i) * dimension, query, dimension);
+    }
+    release(views, wanted);
+    if (!fits) {
+        PyErr_SetString(PyExc_ValueError, "vectors must hold len(out) rows of len(query) values, "
+                                          "or every one of `rows` (as many as out)");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(highest_first_doc,
+"highest_first(scores, needed, heap, out) -> count\n\n"
+"The positions of the `scores` (float32) at or above the (needed + 1)-th highest, highest first,\n"
+"equal scores in position order, into `out` (int64, as long as scores), and how many: at least\n"
+"needed + 1, more when scores tie with the last. `heap`: float32 scratch of needed + 1 values.");
+
+static PyObject *highest_first(PyObject *module, PyObject *args) {
+    PyObject *objects[3];
+    Py_ssize_t needed;
+    if (!PyArg_ParseTuple(args, "OnOO:highest_first", &objects[0], &needed, &objects[1], &objects[2]))
+        return NULL;
+    static const char *names[] = {"scores", "heap", "out"};
+    static const Py_ssize_t items[] = {4, 4, 8};
+    Py_buffer views[3];
+    for (int held = 0; held < 3; held++)
+        if (get_buffer(objects[held], &views[held], held >= 1, items[held], names[held]) != 0) {
+            release(views, held);
+            return NULL;
+        }
+    const float *scores = views[0].buf;
+    float *heap = views[1].buf;
+    int64_t *out = views[2].buf;
+    Py_ssize_t size = views[0].len / 4, kept = needed + 1, found = 0;
+    int fits = needed >= 0 && kept <= size && views[1].len / 4 >= kept && views[2].len / 8 >= size;
+    if (fits) {
+        for (Py_ssize_t i = 0; i < kept; i++)
+            heap[i] = scores[i];
+        for (Py_ssize_t i = kept / 2; i-- > 0;)
+            sift_down(heap, kept, i);
+        for (Py_ssize_t i = kept; i < size; i++)
+            if (scores[i] > heap[0]) {
+                heap[0] = scores[i];
+                sift_down(heap, kept, 0);
+            }
+        for (Py_ssize_t i = 0; i < size; i++)
+            if (scores[i] >= heap[0])
+                out[found++] = i;
+        /* Insertion sort, moving only past strictly lower scores: equal ones keep position order,
+           and since all but `needed` of them tie with the last, it moves little. */
+        for (Py_ssize_t i = 1; i < found; i++) {
+            int64_t position = out[i];
+            Py_ssize_t j = i;
+            for (; j > 0 && scores[out[j - 1]] < scores[position]; j--)
+                out[j] = out[j - 1];
+            out[j] = position;
+        }
+    }
+    release(views, 3);
+    if (!fits) {
+        PyErr_SetString(PyExc_ValueError, "needed + 1 must be within len(scores); heap and out large enough");
+        return NULL;
+    }
+    return PyLong_FromSsize_t(found);
+}
+
 static PyMethodDef methods[] = {
+    {"highest_first", highest_first, METH_VARARGS, highest_first_doc},
+    {"exact_dots", exact_dots, METH_VARARGS, exact_dots_doc},
     {"code_scores", code_scores, METH_VARARGS, code_scores_doc},
     {"integer_weights", integer_weights, METH_VARARGS, integer_weights_doc},
     {"margin_candidates", margin_candidates, METH_VARARGS, margin_candidates_doc},

@@ -135,7 +135,7 @@ async def answer(
     def compute() -> bytes | Selection:
         query = Query(vector, args.count, args.count_type, args.similarity_threshold, args.constraint, libraries)
         selection = run_query(index, query, caller.grant, state.search,
-                              count_restricted=restricted_count or bool(restricted_message))
+                              count_restricted=restricted_count or bool(restricted_message), search=search)
         binary = form == "msgpack"
         estimate = estimated_answer_bytes(index, selection, omit, binary_embeddings=binary)
         check_answer_size(estimate, limit)
