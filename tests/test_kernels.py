@@ -53,14 +53,15 @@ def test_the_integer_weights_are_the_query_s_weights_rounded_so_the_largest_is_3
     assert np.all(np.abs(coded.integer_weights - weights * factor) <= 0.5)
     assert coded.integer_scale == pytest.approx(1 / factor, rel=1e-12)
     assert coded.base == np.float32(query.astype(np.float64) @ scale[0])
-    assert coded.typical_error == pytest.approx(np.sqrt(np.sum(weights**2) / 12), rel=1e-9)
-    assert coded.rounding_error == pytest.approx(255 * np.abs(errors).sum(), rel=1e-9)
+    codes_own, rounding = np.sum(weights**2) / 12, 127.5**2 * np.sum(errors**2)
+    assert coded.typical_error == pytest.approx(np.sqrt(codes_own + rounding), rel=1e-9)
+    assert rounding < 0.01 * codes_own or dimension < 100  # the rounding hardly widens the margin
     assert coded.offset == pytest.approx(float(coded.base) - 127.5 * errors.sum(), abs=1e-9)
 
 
 @needs_kernels
 @pytest.mark.parametrize("dimension", [7, 1536])
-def test_compiled_code_scores_are_numpy_s_within_half_the_rounding_error_and_number_their_rows(
+def test_compiled_code_scores_are_numpy_s_within_the_rounding_bound_and_number_their_rows(
         dimension: int, monkeypatch: pytest.MonkeyPatch) -> None:
     _, scale, codes, query = codes_and_query(dimension, seed=3)
     ranges = [(40, 90), (0, 3), (650, 700), (200, 200)]
@@ -74,9 +75,10 @@ def test_compiled_code_scores_are_numpy_s_within_half_the_rounding_error_and_num
 
     expected_rows = np.concatenate([np.arange(start, stop) for start, stop in ranges]) + 1000
     assert compiled_rows.tolist() == numpy_rows.tolist() == expected_rows.tolist()
+    factor = 1 / coded.integer_scale
+    bound = 127.5 * np.abs(coded.integer_weights / factor - query.astype(np.float64) * scale[1]).sum()
     float_slack = 1e-6 * np.abs(in_numpy).max()
-    assert np.abs(compiled - in_numpy).max() <= coded.rounding_error / 2 + float_slack
-    assert 0 < coded.rounding_error < coded.typical_error  # a small widening of the margin
+    assert np.abs(compiled - in_numpy).max() <= bound + float_slack
 
 
 @needs_kernels

@@ -12,8 +12,8 @@ A model is scanned through its libraries' 8-bit codes (`Search.codes`, host/sear
 host/store/codes.py) where the compiled scan is built, or where its floats exceed --populate-bytes:
 a quarter of the bytes of its floats, so that a store larger than memory keeps what queries scan
 in memory; otherwise through its floats. Candidates within `CODE_ERRORS` typical code errors of
-the k-th best (as well as the float32 rounding margin and the compiled scan's weight rounding) are
-re-scored exactly from the floats, so every similarity returned is exact, and so is the order
+the k-th best (the compiled scan's weight rounding included; as well as the float32 rounding margin)
+are re-scored exactly from the floats, so every similarity returned is exact, and so is the order
 among the rows scanned.
 
 Invariants: hidden rows are masked inside the slices and never counted, so they decide nothing
@@ -66,9 +66,9 @@ class ClusterScan:
         self.coded = [CodedQuery(query, library.code_scale)
                       if codes and library.codes is not None and library.code_scale is not None else None
                       for library in index.libraries]
-        coded_libraries = [coded for coded in self.coded if coded is not None]
-        if coded_libraries:
-            self.margin += max(CODE_ERRORS * coded.typical_error + coded.rounding_error for coded in coded_libraries)
+        errors = [coded.typical_error for coded in self.coded if coded is not None]
+        if errors:
+            self.margin += CODE_ERRORS * max(errors)
         similarities = SCRATCH.take("centroid_similarities", self.table.count, np.float32)
         if kernels.compiled is not None:  # their codes: a quarter of the bytes, in one call
             CodedQuery(query, self.table.centroid_scale).scores(self.table.centroid_codes, [(0, self.table.count)],

@@ -190,7 +190,7 @@ static PyObject *margin_candidates(PyObject *module, PyObject *args) {
 }
 
 PyDoc_STRVAR(integer_weights_doc,
-"integer_weights(query, scale, out) -> (base, integer_scale, offset, typical_error, rounding_error)\n\n"
+"integer_weights(query, scale, out) -> (base, integer_scale, offset, typical_error)\n\n"
 "A query as one library's codes see it, in integers: `out` (int16) = the weights query * step\n"
 "rounded so that the largest is +-32767; the rest as host/store/codes.py's CodedQuery describes them.\n"
 "`query` is float32 (dimension), `scale` float32 (2, dimension): each dimension's low and step.\n"
@@ -214,7 +214,7 @@ static PyObject *integer_weights(PyObject *module, PyObject *args) {
     }
     Py_ssize_t dimension = query.len / 4;
     int fits = scale.len == 8 * dimension && out.len == 2 * dimension;
-    double base = 0, squares = 0, peak = 0, error_sum = 0, error_size = 0, factor = 1;
+    double base = 0, squares = 0, peak = 0, error_sum = 0, error_squares = 0, factor = 1;
     if (fits) {
         const float *q = (const float *)query.buf, *low = (const float *)scale.buf, *step = low + dimension;
         int16_t *weights = (int16_t *)out.buf;
@@ -230,8 +230,9 @@ static PyObject *integer_weights(PyObject *module, PyObject *args) {
             double weight = (double)q[i] * step[i], scaled = weight * factor;
             int32_t rounded = (int32_t)(scaled + (scaled >= 0 ? 0.5 : -0.5));  /* |scaled| <= 32767 */
             weights[i] = (int16_t)rounded;
-            error_sum += rounded * unit - weight;
-            error_size += fabs(rounded * unit - weight);
+            double error = rounded * unit - weight;
+            error_sum += error;
+            error_squares += error * error;
         }
     }
     PyBuffer_Release(&query);
@@ -242,8 +243,10 @@ static PyObject *integer_weights(PyObject *module, PyObject *args) {
         return NULL;
     }
     double base32 = (double)(float)base;  /* the base as float32, as the numpy path adds it */
-    return Py_BuildValue("ddddd", base32, 1.0 / factor, base32 - MIDDLE_CODE * error_sum, sqrt(squares / 12),
-                         LEVELS * error_size);
+    /* The codes' own error (sum of squares / 12) and the weights' rounding, as spread as a code
+       can be from the middle one (host/store/codes.py). */
+    double typical = sqrt(squares / 12 + MIDDLE_CODE * MIDDLE_CODE * error_squares);
+    return Py_BuildValue("dddd", base32, 1.0 / factor, base32 - MIDDLE_CODE * error_sum, typical);
 }
 
 /* Eight float64 sums side by side, each over every eighth value, added in a fixed order: the same
