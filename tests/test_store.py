@@ -76,6 +76,17 @@ def test_compiled_library_gives_back_what_the_file_held(source):
     assert [library.bit_id(row) for row in range(3)] == parsed.ids
 
 
+def test_records_give_back_the_texts_and_infos_the_file_held(tmp_path):
+    library = make_library(unit_vectors(2, 8))
+    library["bits"][0]["text"] = "日本語 🎉 \u0000 \\ \"quoted\""
+    library["bits"][0]["info"] = {"url": "https://example.com/ü", "title": "x" * 70_000, "empty": ""}
+    source = write_library(tmp_path / "lib.json", library)
+
+    compiled, _ = load(source)
+
+    assert [compiled.record(row) for row in range(2)] == parse_library(json.loads(source.read_text())).records
+
+
 def test_bit_id_keeps_trailing_zero_bytes(tmp_path):
     # numpy's S32 drops trailing NUL bytes on read; an id ending in 00 must still round-trip.
     library = make_library(unit_vectors(1))

@@ -8,13 +8,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import msgpack
 import numpy as np
 
 from host.catalog.model_index import ModelIndex
 from host.library.format import Omit, encode_embedding, parse_omit
 from host.search.engine import Selection
-from host.store.compiled import CompiledLibrary
+from host.store.compiled import CompiledLibrary, decode_record
 
 OMIT_NOTHING = parse_omit("")
 _WORD = re.compile(r"\S+")
@@ -96,5 +95,5 @@ def _records(index: ModelIndex, owners: np.ndarray, local_rows: list[int]) -> li
             library = index.libraries[owner]
             maps[owner] = (np.asarray(library.records), library.record_offsets)
         blob, offsets = maps[owner]
-        records.append(msgpack.unpackb(blob[offsets[local] : offsets[local + 1]]))
+        records.append(decode_record(blob[offsets[local] : offsets[local + 1]]))
     return records
