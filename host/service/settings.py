@@ -126,7 +126,8 @@ class Settings:
         "read the libraries' vectors and records into memory at load and map every page, so that no query "
         "waits for a page fault, while they total at most N bytes (default %(default)s, half of the memory "
         "of this machine or its container; the pages are shared by every worker; 0: never); a model whose "
-        "vectors are larger is searched through its 8-bit codes, which are read in their place", metavar="N"))
+        "vectors are larger is searched through its 8-bit codes, which are read in their place (where the "
+        "compiled loops are built, every clustered model is searched through them)", metavar="N"))
     cors_origin: str = field(default="*", metadata=option(
         "origins whose web pages may call this host from a browser (CORS): * (default) for any page, "
         "none for no page of another origin, or origins such as https://app.example (repeat the option, "
