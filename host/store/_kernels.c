@@ -1,5 +1,7 @@
-/* The query core's compiled loops: 8-bit codes scored against integer weights, and the candidates
-   within a margin of the k-th best score.
+/* The query core's compiled loops (host/store/kernels.py): 8-bit codes scored against integer
+   weights (`integer_weights`, `code_scores`), exact similarities (`exact_dots`), the candidates
+   within a margin of the k-th best score (`margin_candidates`) and the nearest clusters in order
+   (`highest_first`). Each is one call where numpy takes several steps.
 
    host/store/codes.py stores each value of a clustered library as a code c (0..255); a query scores a
    row as base + sum_i w_i c_i. numpy has no fast integer matrix-vector product, so the Python path
