@@ -65,6 +65,18 @@ static void release(Py_buffer *views, int count) {
         PyBuffer_Release(&views[i]);
 }
 
+/* The first `count` of `objects` as C-contiguous buffers of items[i]-byte items, writable where
+   bit i of `writable` is set; -1 (and none held) if one is not. */
+static int get_buffers(PyObject *const *objects, Py_buffer *views, int count, const char *const *names,
+                       const Py_ssize_t *items, unsigned writable) {
+    for (int held = 0; held < count; held++)
+        if (get_buffer(objects[held], &views[held], (writable >> held) & 1, items[held], names[held]) != 0) {
+            release(views, held);
+            return -1;
+        }
+    return 0;
+}
+
 PyDoc_STRVAR(code_scores_doc,
 "code_scores(codes, dimension, ranges, weights, scale, offset, out, rows=None, first_row=0)\n\n"
 "For each [start, stop) row range of `ranges` (int64 pairs) in turn, the scores of those rows of\n"
@@ -80,15 +92,12 @@ static PyObject *code_scores(PyObject *module, PyObject *args) {
                           &offset, &objects[3], &rows_object, &first_row))
         return NULL;
     objects[4] = rows_object;
-    static const char *names[] = {"codes", "ranges", "weights", "out", "rows"};
+    static const char *const names[] = {"codes", "ranges", "weights", "out", "rows"};
     static const Py_ssize_t items[] = {1, 8, 2, 4, 8};
     Py_buffer views[5];
-    int held = 0, wanted = rows_object == Py_None ? 4 : 5;
-    for (; held < wanted; held++)
-        if (get_buffer(objects[held], &views[held], held >= 3, items[held], names[held]) != 0) {
-            release(views, held);
-            return NULL;
-        }
+    int wanted = rows_object == Py_None ? 4 : 5;
+    if (get_buffers(objects, views, wanted, names, items, 0x18) != 0)
+        return NULL;
     const uint8_t *codes = views[0].buf;
     const int64_t *pairs = views[1].buf;
     const int16_t *weights = views[2].buf;
@@ -143,6 +152,24 @@ static void sift_down(float *heap, Py_ssize_t size, Py_ssize_t at) {
     }
 }
 
+/* The k-th highest of `scores` (0 < k <= size), found in `heap` (k values of scratch). */
+static float kth_highest(const float *scores, Py_ssize_t size, Py_ssize_t k, float *heap) {
+    for (Py_ssize_t i = 0; i < k; i++)
+        heap[i] = scores[i];
+    for (Py_ssize_t i = k / 2; i-- > 0;)
+        sift_down(heap, k, i);
+    for (Py_ssize_t i = k; i < size; i++)
+        if (scores[i] > heap[0]) {
+            heap[0] = scores[i];
+            sift_down(heap, k, 0);
+        }
+    return heap[0];
+}
+
+/* The scores, a heap's scratch and positions out: what margin_candidates and highest_first read. */
+static const char *const RANKING_NAMES[] = {"scores", "heap", "out"};
+static const Py_ssize_t RANKING_ITEMS[] = {4, 4, 8};
+
 PyDoc_STRVAR(margin_candidates_doc,
 "margin_candidates(scores, k, margin, heap, out) -> count\n\n"
 "The positions (ascending, int64, into `out`) of the `scores` (float32) at or above the k-th\n"
@@ -155,30 +182,15 @@ static PyObject *margin_candidates(PyObject *module, PyObject *args) {
     double margin;
     if (!PyArg_ParseTuple(args, "OndOO:margin_candidates", &objects[0], &k, &margin, &objects[1], &objects[2]))
         return NULL;
-    static const char *names[] = {"scores", "heap", "out"};
-    static const Py_ssize_t items[] = {4, 4, 8};
     Py_buffer views[3];
-    for (int held = 0; held < 3; held++)
-        if (get_buffer(objects[held], &views[held], held >= 1, items[held], names[held]) != 0) {
-            release(views, held);
-            return NULL;
-        }
+    if (get_buffers(objects, views, 3, RANKING_NAMES, RANKING_ITEMS, 0x6) != 0)
+        return NULL;
     const float *scores = views[0].buf;
-    float *heap = views[1].buf;
     int64_t *out = views[2].buf;
     Py_ssize_t size = views[0].len / 4, found = 0;
     int fits = k > 0 && k <= size && views[1].len / 4 >= k && views[2].len / 8 >= size;
     if (fits) {
-        for (Py_ssize_t i = 0; i < k; i++)
-            heap[i] = scores[i];
-        for (Py_ssize_t i = k / 2; i-- > 0;)
-            sift_down(heap, k, i);
-        for (Py_ssize_t i = k; i < size; i++)
-            if (scores[i] > heap[0]) {
-                heap[0] = scores[i];
-                sift_down(heap, k, 0);
-            }
-        float threshold = heap[0] - (float)margin;
+        float threshold = kth_highest(scores, size, k, views[1].buf) - (float)margin;
         for (Py_ssize_t i = 0; i < size; i++)
             if (scores[i] >= threshold)
                 out[found++] = i;
@@ -199,27 +211,20 @@ PyDoc_STRVAR(integer_weights_doc,
 "One call in place of a dozen numpy steps: each costs microseconds when the caches are cold.");
 
 static PyObject *integer_weights(PyObject *module, PyObject *args) {
-    PyObject *query_object, *scale_object, *out_object;
-    if (!PyArg_ParseTuple(args, "OOO:integer_weights", &query_object, &scale_object, &out_object))
+    PyObject *objects[3];
+    if (!PyArg_ParseTuple(args, "OOO:integer_weights", &objects[0], &objects[1], &objects[2]))
         return NULL;
-    Py_buffer query, scale, out;
-    if (get_buffer(query_object, &query, 0, 4, "query") != 0)
+    static const char *const names[] = {"query", "scale", "out"};
+    static const Py_ssize_t items[] = {4, 4, 2};
+    Py_buffer views[3];
+    if (get_buffers(objects, views, 3, names, items, 0x4) != 0)
         return NULL;
-    if (get_buffer(scale_object, &scale, 0, 4, "scale") != 0) {
-        PyBuffer_Release(&query);
-        return NULL;
-    }
-    if (get_buffer(out_object, &out, 1, 2, "out") != 0) {
-        PyBuffer_Release(&query);
-        PyBuffer_Release(&scale);
-        return NULL;
-    }
-    Py_ssize_t dimension = query.len / 4;
-    int fits = scale.len == 8 * dimension && out.len == 2 * dimension;
+    Py_ssize_t dimension = views[0].len / 4;
+    int fits = views[1].len == 8 * dimension && views[2].len == 2 * dimension;
     double base = 0, squares = 0, peak = 0, error_sum = 0, error_squares = 0, factor = 1;
     if (fits) {
-        const float *q = (const float *)query.buf, *low = (const float *)scale.buf, *step = low + dimension;
-        int16_t *weights = (int16_t *)out.buf;
+        const float *q = views[0].buf, *low = views[1].buf, *step = low + dimension;
+        int16_t *weights = views[2].buf;
         for (Py_ssize_t i = 0; i < dimension; i++) {
             double weight = (double)q[i] * step[i];
             base += (double)q[i] * low[i];
@@ -237,9 +242,7 @@ static PyObject *integer_weights(PyObject *module, PyObject *args) {
             error_squares += error * error;
         }
     }
-    PyBuffer_Release(&query);
-    PyBuffer_Release(&scale);
-    PyBuffer_Release(&out);
+    release(views, 3);
     if (!fits) {
         PyErr_SetString(PyExc_ValueError, "the query, the scale (2 x dimension) and out do not agree");
         return NULL;
@@ -276,15 +279,12 @@ static PyObject *exact_dots(PyObject *module, PyObject *args) {
     PyObject *objects[4] = {NULL, NULL, NULL, Py_None};
     if (!PyArg_ParseTuple(args, "OOO|O:exact_dots", &objects[0], &objects[1], &objects[2], &objects[3]))
         return NULL;
-    static const char *names[] = {"vectors", "query", "out", "rows"};
+    static const char *const names[] = {"vectors", "query", "out", "rows"};
     static const Py_ssize_t items[] = {4, 4, 4, 8};
     Py_buffer views[4];
     int wanted = objects[3] == Py_None ? 3 : 4;
-    for (int held = 0; held < wanted; held++)
-        if (get_buffer(objects[held], &views[held], held == 2, items[held], names[held]) != 0) {
-            release(views, held);
-            return NULL;
-        }
+    if (get_buffers(objects, views, wanted, names, items, 0x4) != 0)
+        return NULL;
     Py_ssize_t dimension = views[1].len / 4, count = views[2].len / 4;
     Py_ssize_t stored = dimension > 0 ? views[0].len / 4 / dimension : 0;
     const int64_t *rows = wanted == 4 ? views[3].buf : NULL;
@@ -318,31 +318,17 @@ static PyObject *highest_first(PyObject *module, PyObject *args) {
     Py_ssize_t needed;
     if (!PyArg_ParseTuple(args, "OnOO:highest_first", &objects[0], &needed, &objects[1], &objects[2]))
         return NULL;
-    static const char *names[] = {"scores", "heap", "out"};
-    static const Py_ssize_t items[] = {4, 4, 8};
     Py_buffer views[3];
-    for (int held = 0; held < 3; held++)
-        if (get_buffer(objects[held], &views[held], held >= 1, items[held], names[held]) != 0) {
-            release(views, held);
-            return NULL;
-        }
+    if (get_buffers(objects, views, 3, RANKING_NAMES, RANKING_ITEMS, 0x6) != 0)
+        return NULL;
     const float *scores = views[0].buf;
-    float *heap = views[1].buf;
     int64_t *out = views[2].buf;
     Py_ssize_t size = views[0].len / 4, kept = needed + 1, found = 0;
     int fits = needed >= 0 && kept <= size && views[1].len / 4 >= kept && views[2].len / 8 >= size;
     if (fits) {
-        for (Py_ssize_t i = 0; i < kept; i++)
-            heap[i] = scores[i];
-        for (Py_ssize_t i = kept / 2; i-- > 0;)
-            sift_down(heap, kept, i);
-        for (Py_ssize_t i = kept; i < size; i++)
-            if (scores[i] > heap[0]) {
-                heap[0] = scores[i];
-                sift_down(heap, kept, 0);
-            }
+        float last = kth_highest(scores, size, kept, views[1].buf);
         for (Py_ssize_t i = 0; i < size; i++)
-            if (scores[i] >= heap[0])
+            if (scores[i] >= last)
                 out[found++] = i;
         /* Insertion sort, moving only past strictly lower scores: equal ones keep position order,
            and since all but `needed` of them tie with the last, it moves little. */
@@ -373,6 +359,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module_definition = {
     PyModuleDef_HEAD_INIT, "_kernels", "The query core's compiled loops (host/store/kernels.py).", -1, methods,
+    NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__kernels(void) {
