@@ -98,6 +98,21 @@ def test_margin_candidates_are_the_same_positions_numpy_finds(k: int, monkeypatc
 
 
 @needs_kernels
+def test_compiled_codes_are_the_bytes_numpy_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(11)
+    rows = rng.standard_normal((3000, 40)).astype(np.float32)
+    rows[:, 7] = 0.25  # a dimension that never varies
+    scale = code_scale(rows.min(axis=0), rows.max(axis=0))
+    halfway = (scale[0] + scale[1] * (np.arange(40) % 255 + np.float32(0.5))).astype(np.float32)
+    rows[:5] = halfway  # values on (or a rounding away from) the middle of two levels
+    rows[5], rows[6] = scale[0], rows.max(axis=0)  # the lowest and the highest level
+    rows[8] = rows[8] * 2  # out of the scale's range: clipped
+    compiled = encode(rows, scale)
+    monkeypatch.setattr(kernels, "compiled", None)
+    assert compiled.dtype == np.uint8 and compiled.tobytes() == encode(rows, scale).tobytes()
+
+
+@needs_kernels
 @pytest.mark.parametrize("needed", [0, 1, 5, 16, 70])
 def test_the_nearest_clusters_come_in_the_order_numpy_gives_them(needed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(needed)
@@ -195,5 +210,7 @@ def test_arguments_that_do_not_fit_are_refused_before_anything_is_read() -> None
                             np.array([0, 3], np.int64))
     with pytest.raises(ValueError, match="needed"):
         compiled.highest_first(np.zeros(5, np.float32), 5, np.empty(6, np.float32), np.empty(5, np.int64))
+    with pytest.raises(ValueError, match="do not agree"):
+        compiled.encode_codes(np.zeros((3, 4), np.float32), np.zeros((2, 4), np.float32), np.empty((3, 5), np.uint8))
     with pytest.raises(ValueError, match="agree"):
         compiled.integer_weights(np.zeros(4, np.float32), np.zeros((2, 5), np.float32), np.empty(4, np.int16))

