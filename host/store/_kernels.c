@@ -77,6 +77,15 @@ static int get_buffers(PyObject *const *objects, Py_buffer *views, int count, co
     return 0;
 }
 
+/* The three arguments of a call f(a, b, c), parsed by `format` ("OOO:name"), as buffers. */
+static int three_buffers(PyObject *args, const char *format, Py_buffer *views, const char *const *names,
+                         const Py_ssize_t *items, unsigned writable) {
+    PyObject *objects[3];
+    if (!PyArg_ParseTuple(args, format, &objects[0], &objects[1], &objects[2]))
+        return -1;
+    return get_buffers(objects, views, 3, names, items, writable);
+}
+
 PyDoc_STRVAR(code_scores_doc,
 "code_scores(codes, dimension, ranges, weights, scale, offset, out, rows=None, first_row=0)\n\n"
 "For each [start, stop) row range of `ranges` (int64 pairs) in turn, the scores of those rows of\n"
@@ -211,13 +220,10 @@ PyDoc_STRVAR(integer_weights_doc,
 "One call in place of a dozen numpy steps: each costs microseconds when the caches are cold.");
 
 static PyObject *integer_weights(PyObject *module, PyObject *args) {
-    PyObject *objects[3];
-    if (!PyArg_ParseTuple(args, "OOO:integer_weights", &objects[0], &objects[1], &objects[2]))
-        return NULL;
     static const char *const names[] = {"query", "scale", "out"};
     static const Py_ssize_t items[] = {4, 4, 2};
     Py_buffer views[3];
-    if (get_buffers(objects, views, 3, names, items, 0x4) != 0)
+    if (three_buffers(args, "OOO:integer_weights", views, names, items, 0x4) != 0)
         return NULL;
     Py_ssize_t dimension = views[0].len / 4;
     int fits = views[1].len == 8 * dimension && views[2].len == 2 * dimension;
@@ -367,13 +373,10 @@ PyDoc_STRVAR(encode_codes_doc,
 "giving each dimension's low and step (host/store/codes.py's encode, byte for byte).");
 
 static PyObject *encode_codes(PyObject *module, PyObject *args) {
-    PyObject *objects[3];
-    if (!PyArg_ParseTuple(args, "OOO:encode_codes", &objects[0], &objects[1], &objects[2]))
-        return NULL;
     static const char *const names[] = {"rows", "scale", "out"};
     static const Py_ssize_t items[] = {4, 4, 1};
     Py_buffer views[3];
-    if (get_buffers(objects, views, 3, names, items, 0x4) != 0)
+    if (three_buffers(args, "OOO:encode_codes", views, names, items, 0x4) != 0)
         return NULL;
     Py_ssize_t dimension = views[1].len / 8, count = dimension > 0 ? views[2].len / dimension : 0;
     int fits = dimension > 0 && views[1].len == 8 * dimension && views[2].len == count * dimension &&
