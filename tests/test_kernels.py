@@ -57,6 +57,9 @@ def test_the_integer_weights_are_the_query_s_weights_rounded_so_the_largest_is_3
     assert coded.typical_error == pytest.approx(np.sqrt(codes_own + rounding), rel=1e-9)
     assert rounding < 0.01 * codes_own or dimension < 100  # the rounding hardly widens the margin
     assert coded.offset == pytest.approx(float(coded.base) - 127.5 * errors.sum(), abs=1e-9)
+    # A query of another float type or byte order is read as its float32 values.
+    other = CodedQuery(query.astype(">f4"), scale.astype(np.float64))
+    assert other.integer_weights.tolist() == coded.integer_weights.tolist() and other.offset == coded.offset
 
 
 @needs_kernels

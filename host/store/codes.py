@@ -76,8 +76,9 @@ class CodedQuery:
         self.compiled = kernels.compiled
         if self.compiled is not None:  # in one call: the dozen numpy steps below cost 0.1 ms when the caches are cold
             self.integer_weights = np.empty(len(query), dtype=np.int16)
-            base, self.integer_scale, self.offset, self.typical_error = \
-                self.compiled.integer_weights(query, scale, self.integer_weights)
+            base, self.integer_scale, self.offset, self.typical_error = self.compiled.integer_weights(
+                np.ascontiguousarray(query, dtype=np.float32), np.ascontiguousarray(scale, dtype=np.float32),
+                self.integer_weights)
             self.base = np.float32(base)
             return
         query64 = query.astype(np.float64)
