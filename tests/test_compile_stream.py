@@ -134,6 +134,30 @@ def test_vectors_decoded_a_block_at_once_are_checked_as_each_alone(tmp_path):
     assert kept.blocks == []  # a file with problems hands nothing on
 
 
+def test_embeddings_written_other_ways_are_read_as_the_full_checks_read_them(tmp_path):
+    # 6 values: 32 base64 characters, decoded a block at a time from their JSON, quotes and all.
+    vectors = unit_vectors(2_100, 6, seed=8)
+    library = make_library(vectors)
+    escaped = next(row for row, bit in enumerate(library["bits"]) if "/" in bit["embedding"])
+    text = json.dumps(library)
+    plain = library["bits"][escaped]["embedding"]
+    text = text.replace(f'"{plain}"', json.dumps(plain).replace("/", "\\/"))  # JSON's escaped slash: the same string
+    number = library["bits"][1_000]["embedding"]
+    text = text.replace(f'"{number}"', "1" * (len(number) + 2))  # as wide as the string, but a number
+    source = tmp_path / "lib.json"
+    source.write_text(text)
+
+    streamed = stream_library(source, Kept())
+    assert streamed.problems == library_problems(json.loads(text))
+    assert [problem.split(":")[0] for problem in streamed.problems] == ["bits[1000].embedding"]
+
+    text = text.replace("1" * (len(number) + 2), f'"{number}"')
+    source.write_text(text)
+    kept = Kept()
+    assert stream_library(source, kept).problems == []
+    assert np.array_equal(np.concatenate([block.vectors for block in kept.blocks]), vectors)
+
+
 @pytest.mark.parametrize("layout", ["bits first", "version 0"])
 def test_files_that_cannot_be_streamed_are_read_whole_with_the_same_result(tmp_path, layout):
     library = make_library(unit_vectors(3))

@@ -1,5 +1,5 @@
-"""The query core's compiled loops (host/store/kernels.py): built in CI, the same answers as numpy's steps,
-and arguments that do not fit refused before anything is read."""
+"""The compiled loops (host/store/kernels.py): built in CI, the same answers as numpy's steps (and the same
+bytes read), and arguments that do not fit refused before anything is read."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from host.search import budget, cluster_scan
 from host.search.engine import Search, rank
 from host.store import kernels
 from host.store.codes import CodedQuery, code_scale, encode
+from host.store.writer import RowFile, read_ranges
 
 IN_CI = os.environ.get("CI") == "true"
 needs_kernels = pytest.mark.skipif(not kernels.BUILT and not IN_CI, reason="host/store/_kernels.c was not built here")
@@ -217,3 +218,53 @@ def test_arguments_that_do_not_fit_are_refused_before_anything_is_read() -> None
         compiled.encode_codes(np.zeros((3, 4), np.float32), np.zeros((2, 4), np.float32), np.empty((3, 5), np.uint8))
     with pytest.raises(ValueError, match="agree"):
         compiled.integer_weights(np.zeros(4, np.float32), np.zeros((2, 5), np.float32), np.empty(4, np.int16))
+
+
+@pytest.fixture(params=["compiled", "numpy"])
+def either_way(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if request.param == "numpy":
+        monkeypatch.setattr(kernels, "compiled", None)
+    elif not kernels.BUILT:
+        if IN_CI:
+            pytest.fail("host/store/_kernels.c did not build")
+        pytest.skip("host/store/_kernels.c was not built here")
+
+
+def test_byte_ranges_are_read_back_to_back_in_the_order_asked(either_way: None, tmp_path) -> None:
+    data = np.random.default_rng(3).integers(0, 256, 100_000, dtype=np.uint8)
+    path = tmp_path / "data.bin"
+    path.write_bytes(data.tobytes())
+    starts = np.array([500, 0, 10, 14, 99_990, 20, 20, 3], np.int64)  # 10 and 14 follow one another; 20 twice
+    lengths = np.array([7, 0, 4, 6, 10, 1, 1, 0], np.int64)
+    out = np.empty(int(lengths.sum()), np.uint8)
+    with path.open("rb") as handle:
+        read_ranges(handle.fileno(), starts, lengths, out)
+        assert out.tobytes() == b"".join(data[start : start + length].tobytes() for start, length in zip(starts, lengths))
+        with pytest.raises(OSError, match=r"end of file at byte 100,?000"):
+            read_ranges(handle.fileno(), np.array([99_995], np.int64), np.array([10], np.int64), np.empty(10, np.uint8))
+
+
+def test_scattered_rows_of_a_matrix_file_are_its_rows(either_way: None, tmp_path) -> None:
+    matrix = np.random.default_rng(4).standard_normal((1000, 24)).astype(np.float32)
+    np.save(tmp_path / "rows.npy", matrix)
+    rows = np.random.default_rng(5).permutation(1000)[:300]
+    with RowFile(tmp_path / "rows.npy") as stored:
+        assert np.array_equal(stored[rows], matrix[rows])
+        assert np.array_equal(stored[np.sort(rows)], matrix[np.sort(rows)])
+        assert np.array_equal(stored[10:20], matrix[10:20])
+
+
+@needs_kernels
+def test_ranges_that_do_not_fill_out_exactly_are_refused_before_anything_is_read(tmp_path) -> None:
+    compiled = kernels.compiled
+    assert compiled is not None
+    (tmp_path / "data.bin").write_bytes(b"x" * 100)
+    with (tmp_path / "data.bin").open("rb") as handle:
+        fd = handle.fileno()
+        for starts, lengths, size in (([0, 5], [3, 3], 5), ([0, 5], [3, 3], 7), ([0], [3, 3], 6), ([-1], [3], 3),
+                                      ([0], [-3], 0)):
+            with pytest.raises(ValueError, match="do not fill out exactly"):
+                compiled.read_ranges(fd, np.array(starts, np.int64), np.array(lengths, np.int64),
+                                     memoryview(bytearray(size)))
+        with pytest.raises(OSError):
+            compiled.read_ranges(-1, np.array([0], np.int64), np.array([3], np.int64), memoryview(bytearray(3)))

@@ -6,6 +6,7 @@ Every test works on real files under tmp_path: a source `lib.json` and its compi
 
 from __future__ import annotations
 
+import copy
 import json
 import mmap
 import os
@@ -13,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from librarian import TEST_MODEL, make_library, unit_vectors, write_library
+from librarian import TEST_MODEL, b64, make_bit, make_library, unit_vectors, write_library
 
 from host.library.format import LibraryFormatError, canonical_id, parse_library
-from host.store.compiled import CompiledLibrary, StoreError, file_sha256, load_library, open_compiled
+from host.store.compiled import CompiledLibrary, StoreError, compile_library, file_sha256, load_library, open_compiled
 
 COMPILED_FILES = {  # at least these; the store may add more arrays
     "embeddings.npy", "token_counts.npy", "tag_ids.npy", "ids.npy",
@@ -111,6 +112,36 @@ def test_access_tags_are_stored_and_public_bits_stay_visible(tmp_path):
     assert compiled.visible_rows(frozenset()).tolist() == [True, False, True]
     assert compiled.visible_rows(frozenset({"staff"})).tolist() == [True, True, True]
     assert compiled.visible_bit_count(frozenset({"other"})) == 2
+
+
+def public_digest(tmp_path: Path, library: dict, name: str) -> str:
+    folder = tmp_path / f"{name}.compiled"
+    compile_library(write_library(tmp_path / f"{name}.json", library), folder, name=name)
+    return str(json.loads((folder / "meta.json").read_text())["public_digest"])
+
+
+def test_the_public_digest_changes_with_every_public_part_and_with_nothing_private(tmp_path):
+    library = make_library(unit_vectors(2_500, 8, seed=4), [row % 40 for row in range(2_500)])  # several blocks
+    library["details"] = {"message": "hello"}
+    digest = public_digest(tmp_path, library, "public")
+    with_private = copy.deepcopy(library)
+    for row, vector in enumerate(unit_vectors(30, 8, seed=5)):
+        with_private["bits"].insert(row * 70, make_bit(10_000 + row, vector, access_tag="staff"))
+    assert public_digest(tmp_path, with_private, "with-private") == digest
+
+    changes = {
+        "text": lambda bit: bit.update(text=bit["text"] + "!"),
+        "token count": lambda bit: bit.update(token_count=bit["token_count"] + 1),
+        "vector": lambda bit: bit.update(embedding=b64(unit_vectors(1, 8, seed=6)[0])),
+        "info": lambda bit: bit["info"].update(title="another"),
+        "tag": lambda bit: bit.update(access_tag="staff"),
+    }
+    for what, change in changes.items():
+        changed = copy.deepcopy(library)
+        change(changed["bits"][1_234])
+        assert public_digest(tmp_path, changed, what.replace(" ", "-")) != digest, what
+    library["details"] = {"message": "goodbye"}
+    assert public_digest(tmp_path, library, "message") != digest
 
 
 def test_folder_access_tag_is_compiled_into_every_bit(source):

@@ -38,6 +38,7 @@ from typing import Any, overload
 
 import numpy as np
 
+from host.constraints.numbering import Numbering
 from host.constraints.words import INDEXED_FIELDS, INFO_FIELDS, field_value, fold, words
 
 PREFIX = "text_index."
@@ -110,18 +111,6 @@ class SortedStrings(Sequence[bytes]):
         return self.bound(prefix), self.bound(prefix[:-1] + bytes([prefix[-1] + 1]))
 
 
-def sorted_strings_arrays(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(data, offsets) for strings already sorted and distinct."""
-    offsets = np.zeros(len(strings) + 1, dtype=np.int64)
-    joined = "".join(strings)
-    if joined.isascii():  # a character is a byte: one encoding of the whole
-        np.cumsum(np.fromiter(map(len, strings), dtype=np.int64, count=len(strings)), out=offsets[1:])
-        return np.frombuffer(joined.encode("ascii"), dtype=np.uint8).copy(), offsets
-    encoded = [string.encode("utf-8", "surrogatepass") for string in strings]
-    np.cumsum([len(item) for item in encoded], out=offsets[1:])
-    return np.frombuffer(b"".join(encoded), dtype=np.uint8).copy(), offsets
-
-
 # ---- word index -------------------------------------------------------------------------------
 
 
@@ -155,31 +144,8 @@ class WordIndex:
         return int(self.term_offsets[hi] - self.term_offsets[lo])
 
 
-class _Numbering(dict[str, int]):
-    """Numbers words in order of first sight; `map(numbering.__getitem__, words)` runs in C."""
-
-    def __missing__(self, word: str) -> int:
-        number = self[word] = len(self)
-        return number
-
-
-ROW_BREAK = "\0"  # between a chunk's texts; a word of its own after splitting (it is not a word character)
-# One character for one, so that str.translate keeps its fast path: NUL stays, every other
-# character that is not a word character becomes a space (as in words()).
-_ASCII_SPLIT = str.maketrans({chr(code): " " for code in range(1, 128) if not (chr(code).isalnum() or chr(code) == "_")})
+ROW_BREAK = "\0"  # between two rows' texts: a token of its own (it is not a word character)
 _WORD_OR_BREAK = re.compile(rf"\w+|{ROW_BREAK}")
-
-
-def chunk_words(texts: Sequence[str]) -> list[str] | None:
-    """The words of every text (as `words()` gives them) with ROW_BREAK between two texts; None when
-    a text holds ROW_BREAK itself. A chunk is split by a few calls over its joined text: calls per
-    text cost more than the splitting itself."""
-    joined = f" {ROW_BREAK} ".join(texts)
-    if joined.count(ROW_BREAK) != len(texts) - 1:
-        return None
-    if joined.isascii():
-        return joined.lower().translate(_ASCII_SPLIT).split()
-    return _WORD_OR_BREAK.findall(ROW_BREAK.join(map(fold, texts)))
 
 
 class WordIndexBuilder:
@@ -189,24 +155,26 @@ class WordIndexBuilder:
     """
 
     def __init__(self) -> None:
-        self.numbering = _Numbering({ROW_BREAK: 0})  # number 0 marks the end of a row, never a word
+        self.numbering = Numbering(ROW_BREAK)  # number 0 marks the end of a row, never a word
         self.lengths: list[np.ndarray] = []
         self.numbers: list[np.ndarray] = []
         self._prepared: tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]] | None = None
 
     def add(self, texts: Sequence[str]) -> None:
-        split = chunk_words(texts) if texts else None
-        if split is None:  # a text with a NUL in it (or none at all): text by text
+        """The next rows' texts. A chunk is numbered in one call over its joined text: calls per
+        text cost more than the splitting itself."""
+        joined = ROW_BREAK.join(texts)
+        if not texts or joined.count(ROW_BREAK) != len(texts) - 1:  # a text with a NUL in it: text by text
             for text in texts:
-                self._add_numbers([*words(text), ROW_BREAK])
-            return
-        found = split
-        found.append(ROW_BREAK)
-        self._add_numbers(found)
+                self._add_numbers(self.numbering.number_strings([*words(text), ROW_BREAK]))
+        elif joined.isascii():
+            self._add_numbers(self.numbering.number_ascii_words(joined + ROW_BREAK))
+        else:
+            found = _WORD_OR_BREAK.findall(ROW_BREAK.join(map(fold, texts)) + ROW_BREAK)
+            self._add_numbers(self.numbering.number_strings(found))
 
-    def _add_numbers(self, found: list[str]) -> None:
-        """`found`: words of whole rows, each row followed by ROW_BREAK."""
-        numbers = np.fromiter(map(self.numbering.__getitem__, found), dtype=np.int32, count=len(found))
+    def _add_numbers(self, numbers: np.ndarray) -> None:
+        """`numbers`: of the words of whole rows, each row followed by ROW_BREAK's (0)."""
         breaks = np.flatnonzero(numbers == 0)
         self.lengths.append(np.diff(breaks, prepend=-1) - 1)
         self.numbers.append(numbers[numbers != 0] if len(breaks) < len(numbers) else numbers[:0])
@@ -216,8 +184,8 @@ class WordIndexBuilder:
         if self._prepared is not None:
             return
         lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, dtype=np.int64)
-        vocabulary, renumber = _sorted_numbering(self.numbering, row_break=True)
-        self.numbering = _Numbering()
+        data, offsets, renumber = self.numbering.sorted_keys(skip_first=True)
+        self.numbering = Numbering()
         # int64: `finish` keys each word in place (8 bytes a word then, not 4 now and 8 more then).
         # Filled from the last chunk of numbers back, each let go of once placed: 8 bytes a word now too.
         term_ids = np.empty(sum(map(len, self.numbers)), dtype=np.int64)
@@ -227,9 +195,8 @@ class WordIndexBuilder:
             np.take(renumber, chunk, out=term_ids[stop - len(chunk) : stop])
             stop -= len(chunk)
         self.lengths = []
-        term_offsets = np.zeros(len(vocabulary) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(term_ids, minlength=len(vocabulary)), out=term_offsets[1:])
-        data, offsets = sorted_strings_arrays(vocabulary)
+        term_offsets = np.zeros(len(offsets), dtype=np.int64)
+        np.cumsum(np.bincount(term_ids, minlength=len(offsets) - 1), out=term_offsets[1:])
         self._prepared = (lengths, term_ids, {"words": data, "word_offsets": offsets, "term_offsets": term_offsets})
 
     def finish(self, stored_row: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -315,7 +282,7 @@ class ValueIndexBuilder:
     """The value dictionary of one info field, fed the rows' values chunk by chunk."""
 
     def __init__(self) -> None:
-        self.numbering = _Numbering()
+        self.numbering = Numbering()
         self.numbers: list[np.ndarray] = []
         self._prepared: dict[str, np.ndarray] | None = None
 
@@ -325,19 +292,18 @@ class ValueIndexBuilder:
             folded = joined.lower().split(ROW_BREAK)  # fold() of ASCII text is lower()
         else:
             folded = [fold(value) for value in values]
-        self.numbers.append(np.fromiter(map(self.numbering.__getitem__, folded), dtype=np.int32, count=len(folded)))
+        self.numbers.append(self.numbering.number_strings(folded))
 
     def prepare(self) -> None:
         """Everything of `finish` that does not depend on where rows will be stored (done once)."""
         if self._prepared is not None:
             return
-        distinct, renumber = _sorted_numbering(self.numbering)
-        self.numbering = _Numbering()
+        data, offsets, renumber = self.numbering.sorted_keys()
+        self.numbering = Numbering()
         numbers = np.concatenate(self.numbers) if self.numbers else np.zeros(0, dtype=np.int32)
         self.numbers = []
-        data, offsets = sorted_strings_arrays(distinct)
         self._prepared = {"values": data, "value_offsets": offsets, "value_ids": renumber.astype(np.int32)[numbers],
-                          "numbers": sorted_as_numbers(distinct)}
+                          "numbers": sorted_as_numbers(SortedStrings(data, offsets))}
 
     def finish(self, order: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """The arrays; with `order` (stored row -> row fed), values are listed as stored."""
@@ -349,33 +315,17 @@ class ValueIndexBuilder:
         return arrays
 
 
-def sorted_as_numbers(values: list[str]) -> np.ndarray:
-    """`as_number` of each of `values` (sorted): only those whose first character could begin a
-    number are tried, and sorted values that begin alike are neighbours, so most are never looked at."""
+def sorted_as_numbers(values: SortedStrings) -> np.ndarray:
+    """`as_number` of each of `values`: only those whose first character could begin a number are
+    tried, and sorted values that begin alike are neighbours, so most are never looked at."""
     numbers = np.full(len(values), np.nan)
     # ASCII up to '9' (spaces, signs, the point, digits), 'i'/'n' (inf, nan; folded values are
     # lower case, but `as_number` decides), and everything beyond ASCII (other digits and spaces).
-    for low, high in (("", ":"), ("I", "J"), ("N", "O"), ("i", "j"), ("n", "o"), ("\x80", None)):
-        first = bisect.bisect_left(values, low)
-        last = len(values) if high is None else bisect.bisect_left(values, high)
-        numbers[first:last] = [as_number(value) for value in values[first:last]]
+    for low, high in ((b"", b":"), (b"I", b"J"), (b"N", b"O"), (b"i", b"j"), (b"n", b"o"), ("\x80".encode(), None)):
+        first = values.bound(low)
+        last = len(values) if high is None else values.bound(high)
+        numbers[first:last] = [as_number(values[place].decode("utf-8", "surrogatepass")) for place in range(first, last)]
     return numbers
-
-
-def _sorted_numbering(numbering: dict[str, int], *, row_break: bool = False) -> tuple[list[str], np.ndarray]:
-    """The keys of `numbering` sorted, and each number's place among them; with `row_break`, the
-    key numbered 0 (ROW_BREAK, which marks the end of a row and sorts before any word) is left out.
-
-    A numbering's keys are in the order of their numbers (each took the next), so sorting their
-    indexes by key gives both without looking every word up again."""
-    words = list(numbering)
-    places = sorted(range(len(words)), key=words.__getitem__)
-    if row_break:
-        assert places[0] == 0 and words[0] == ROW_BREAK
-        places = places[1:]
-    renumber = np.zeros(len(words), dtype=np.int64)
-    renumber[np.array(places, dtype=np.int64)] = np.arange(len(places))
-    return [words[place] for place in places], renumber
 
 
 def build_value_index(values: Sequence[str]) -> dict[str, np.ndarray]:

@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 import msgspec
 import numpy as np
@@ -236,7 +236,7 @@ class WholeBit(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     lone surrogates, nesting), and keeps the last of duplicate keys as it does."""
 
     text: str
-    embedding: str
+    embedding: msgspec.Raw  # its JSON, undecoded: a base64 string in quotes is decoded at once (`_decoded_matrix`)
     token_count: int
     info: dict[str, str | None]
     access_tag: str | None = None
@@ -244,6 +244,7 @@ class WholeBit(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     similarity: float | None = None  # ignored
 
 
+QUOTE = ord('"')
 BLOCK = 1024  # bits checked at a time: numeric checks run on the block, a problem re-checks it bit by bit
 
 
@@ -362,17 +363,26 @@ class BitChecker:
             return None
         return [bit._replace(vector=matrix[row]) for row, bit in enumerate(checked)]
 
-    def _decoded_matrix(self, encoded: list[str]) -> np.ndarray | None:
-        """`_matrix` of the base64 texts. Where a vector's base64 has no padding (4 x dimension a
-        multiple of 3: 384, 768, 1536...), texts of the right length joined are one base64 text
-        of the matrix, decoded in one call; a bad character or a `=` anywhere fails it as it
-        fails a text alone."""
-        dimension = self.dimension
-        if dimension and 4 * dimension % 3 == 0 and set(map(len, encoded)) == {16 * dimension // 3}:
-            raw = pybase64.b64decode("".join(encoded), validate=True)
-            return self._checked(raw, len(encoded), dimension) if len(raw) == 4 * dimension * len(encoded) else None
+    def _decoded_matrix(self, embeddings: list[msgspec.Raw]) -> np.ndarray | None:
+        """`_matrix` of the embeddings as their JSON: base64 in quotes, or else None (any other
+        value, or a string with an escape in it, is left to the full checks). Where a vector's
+        base64 has no padding (4 x dimension a multiple of 3: 384, 768, 1536...), strings of the
+        right length joined are one matrix of characters, checked for their quotes and decoded in
+        one call; a bad character or a `=` anywhere fails it as it fails a string alone."""
+        dimension = self.dimension or 0
+        width = 16 * dimension // 3 + 2
+        quoted = cast("list[bytes]", embeddings)  # a Raw is a buffer of the value's JSON
+        if dimension and 4 * dimension % 3 == 0 and set(map(len, quoted)) == {width}:
+            characters = np.frombuffer(b"".join(quoted), dtype=np.uint8).reshape(len(quoted), width)
+            if not ((characters[:, 0] == QUOTE).all() and (characters[:, -1] == QUOTE).all()):
+                return None
+            raw = pybase64.b64decode(np.ascontiguousarray(characters[:, 1:-1]).data, validate=True)
+            return self._checked(raw, len(quoted), dimension) if len(raw) == 4 * dimension * len(quoted) else None
+        views = [memoryview(text) for text in quoted]
+        if any(len(view) < 2 or view[0] != QUOTE or view[-1] != QUOTE for view in views):
+            return None
         decode = pybase64.b64decode
-        return self._matrix([decode(text, validate=True) for text in encoded])
+        return self._matrix([decode(view[1:-1], validate=True) for view in views])
 
     def _matrix(self, raws: list[bytes]) -> np.ndarray | None:
         """The decoded vectors as one matrix, if all have the model's dimension and finite values

@@ -1,0 +1,98 @@
+"""What a compile learns of the bits as they pass, worked out on a thread of its own.
+
+`StoreWriter` hands every block here once it is written; a thread then takes its sign codes, its
+largest norm, each dimension's lowest and highest value (for the 8-bit codes) and its share of
+the public digest. That work is numpy and hashing of large buffers, which release the GIL, so it
+runs on the second core while the first parses the next block of the library file. One block at a
+time is in hand (the next `add` waits for it): memory stays a block's worth.
+
+The public digest is taken column by column over the public bits in file order (their ids, token
+counts, vectors, record lengths and records, each column a SHA-256 of its own, joined at the end):
+a few large updates a block instead of four small ones a bit, and the same value however the bits
+were split into blocks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from host.store.sign_codes import pack_signs, words_for
+
+COLUMNS = ("ids", "token_counts", "vectors", "record_lengths", "records")
+
+
+class RunningSummary:
+    """Sign codes, largest norm, value range and public digest of the blocks `add`ed, in order."""
+
+    def __init__(self) -> None:
+        self.signs: list[np.ndarray] = []
+        self.largest_norm = 0.0
+        self.low: np.ndarray | None = None  # each dimension's smallest and largest value so far
+        self.high: np.ndarray | None = None
+        self._public = {column: hashlib.sha256() for column in COLUMNS}
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="compile-summary")
+        self._pending: Future[None] | None = None
+
+    def add(self, vectors: np.ndarray, ids: list[bytes], token_counts: list[int], tags: list[str | None],
+            packed: list[bytes], records: bytes) -> None:
+        """A block written: its vectors (float32, rows x dimension), and per bit its 32-byte id, token
+        count, access tag (None: public) and packed record (`records`: the records joined)."""
+        self.wait()
+        self._pending = self._thread.submit(self._take, vectors, ids, token_counts, tags, packed, records)
+
+    def wait(self) -> None:
+        """Until every block added is taken in; raises what taking one raised."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=True)
+
+    def sign_codes(self, dimension: int) -> np.ndarray:
+        self.wait()
+        signs = np.concatenate(self.signs) if self.signs else np.zeros((0, words_for(dimension)), dtype="<u8")
+        self.signs = []
+        return signs
+
+    def public_digest(self, message: Any) -> str:
+        """sha256(the library's message, or a NUL if it has none + sha256(the columns' digests))."""
+        self.wait()
+        columns = hashlib.sha256(b"".join(self._public[column].digest() for column in COLUMNS))
+        digest = hashlib.sha256(message.encode() if isinstance(message, str) else b"\0")
+        digest.update(columns.digest())
+        return digest.hexdigest()
+
+    def _take(self, vectors: np.ndarray, ids: list[bytes], token_counts: list[int], tags: list[str | None],
+              packed: list[bytes], records: bytes) -> None:
+        self.signs.append(pack_signs(vectors))
+        self.largest_norm = max(self.largest_norm, largest_norm(vectors))
+        low, high = vectors.min(axis=0), vectors.max(axis=0)
+        self.low = low if self.low is None else np.minimum(self.low, low)
+        self.high = high if self.high is None else np.maximum(self.high, high)
+        public = [row for row, tag in enumerate(tags) if not tag]
+        if not public:
+            return
+        every = len(public) == len(tags)
+        column = self._public
+        column["ids"].update(b"".join(ids) if every else b"".join([ids[row] for row in public]))
+        kept = packed if every else [packed[row] for row in public]
+        column["token_counts"].update(np.asarray(token_counts if every else [token_counts[row] for row in public], "<i8").data)
+        column["vectors"].update((vectors if every else vectors[public]).data)
+        column["record_lengths"].update(np.fromiter(map(len, kept), "<i8").data)
+        column["records"].update(records if every else b"".join(kept))
+
+
+def largest_norm(vectors: np.ndarray) -> float:
+    """The largest row norm, exact (float64) for the rows that could be it, float32 for the others."""
+    if not len(vectors):
+        return 0.0
+    squares = np.vecdot(vectors, vectors)
+    # float32 sums of squares are within a relative 1e-6 of exact at any dimension stored here.
+    near = np.flatnonzero(squares >= squares.max() * (1 - 1e-4))
+    rows64 = vectors[near].astype(np.float64)
+    return float(np.sqrt(np.einsum("ij,ij->i", rows64, rows64).max()))
