@@ -10,7 +10,7 @@ import pytest
 
 from host.constraints import numbering
 from host.constraints.numbering import Numbering
-from host.constraints.text_index import build_text_index
+from host.constraints.text_index import TextIndexBuilder
 from host.constraints.words import words
 
 IN_CI = os.environ.get("CI") == "true"
@@ -105,14 +105,42 @@ RECORDS = [
 ]
 
 
-def test_the_text_index_is_the_same_either_way(monkeypatch: pytest.MonkeyPatch) -> None:
+def built(records: list[dict], order: np.ndarray | None) -> dict[str, np.ndarray]:
+    builder = TextIndexBuilder()
+    builder.add(records)
+    return builder.finish(order)
+
+
+@pytest.mark.parametrize("stored", ["fed order", "shuffled"])
+def test_the_text_index_is_the_same_either_way(monkeypatch: pytest.MonkeyPatch, stored: str) -> None:
     if not numbering.BUILT:
         pytest.skip("host/constraints/_numbering.c was not built here")
     records = RECORDS * 700 + [{"text": f"row {row} of many", "info": {"url": f"u{row}"}} for row in range(5000)]
-    compiled = build_text_index(records)
+    order = np.random.default_rng(9).permutation(len(records)) if stored == "shuffled" else None
+    compiled = built(records, order)
     monkeypatch.setattr(numbering, "compiled", None)
-    python = build_text_index(records)
+    python = built(records, order)
     assert compiled.keys() == python.keys()
     for name, array in compiled.items():
         assert array.dtype == python[name].dtype, name
         assert np.array_equal(array, python[name], equal_nan=array.dtype.kind == "f"), name
+
+
+@needs_compiled
+def test_positions_that_do_not_agree_are_refused_before_anything_is_written() -> None:
+    compiled = numbering.compiled
+    assert compiled is not None
+    terms, lengths, offsets = np.array([0, 1, 0], np.int32), np.array([2, 1], np.int64), np.array([0, 2, 3], np.int64)
+    out = np.full(3, -1, np.int32)
+    compiled.positions_by_word(terms, lengths, np.array([1, 0], np.int64), offsets, 1, out)
+    assert out.tolist() == [0b00, 0b10, 0b11]  # word 0: stored row 0 (fed row 1) place 0, row 1 place 0; word 1: row 1 place 1
+    for bad in ({"terms": np.array([0, 2, 0], np.int32)}, {"lengths": np.array([2, 2], np.int64)},
+                {"order": np.array([1, 1], np.int64)}, {"order": np.array([0, 2], np.int64)},
+                {"offsets": np.array([0, 1, 3], np.int64)}, {"shift": 0}, {"out": np.empty(2, np.int32)}):
+        arguments = {"terms": terms, "lengths": lengths, "order": np.array([1, 0], np.int64), "offsets": offsets,
+                     "shift": 1, "out": np.empty(3, np.int32)} | bad
+        with pytest.raises(ValueError, match="do not agree"):
+            compiled.positions_by_word(arguments["terms"], arguments["lengths"], arguments["order"], arguments["offsets"],
+                                       arguments["shift"], arguments["out"])
+    with pytest.raises(TypeError, match="term_ids"):
+        compiled.positions_by_word(terms.astype(np.int64), lengths, None, offsets, 1, out)

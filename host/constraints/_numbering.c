@@ -348,9 +348,126 @@ static PyTypeObject NumberingType = {
     .tp_as_sequence = &Numbering_as_sequence,
 };
 
+PyDoc_STRVAR(positions_by_word_doc,
+"positions_by_word(term_ids, lengths, order, term_offsets, shift, out)\n\n"
+"Every word's position, `row << shift | place in its row`, grouped by word (term_offsets[t]:\n"
+"term_offsets[t + 1] of `out` for word t) and in order within each word: a counting sort. The\n"
+"words are `term_ids` (int32, the rows' words back to back in the order they were fed, `lengths`\n"
+"(int64) words a row); `order` (int64, stored row -> row fed, or None for the same) numbers the\n"
+"rows as stored. `out` holds int32 or int64.");
+
+static PyObject *positions_by_word(PyObject *module, PyObject *args) {
+    PyObject *objects[5], *order_object;
+    int shift;
+    if (!PyArg_ParseTuple(args, "OOOOiO:positions_by_word", &objects[0], &objects[1], &order_object, &objects[2],
+                          &shift, &objects[3]))
+        return NULL;
+    Py_buffer views[4], order_view;
+    int order_held = 0;
+    const Py_ssize_t items[] = {4, 8, 8};
+    const char *const names[] = {"term_ids", "lengths", "term_offsets"};
+    int held = 0;
+    for (; held < 3; held++) {
+        if (PyObject_GetBuffer(objects[held], &views[held], PyBUF_C_CONTIGUOUS) != 0)
+            goto fail;
+        if (views[held].itemsize != items[held]) {
+            PyErr_Format(PyExc_TypeError, "%s: items of %zd bytes, not %zd", names[held], views[held].itemsize,
+                         items[held]);
+            held++;
+            goto fail;
+        }
+    }
+    if (PyObject_GetBuffer(objects[3], &views[3], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) != 0)
+        goto fail;
+    held++;
+    if (views[3].itemsize != 4 && views[3].itemsize != 8) {
+        PyErr_SetString(PyExc_TypeError, "out: int32 or int64");
+        goto fail;
+    }
+    int has_order = order_object != Py_None;
+    if (has_order) {
+        if (PyObject_GetBuffer(order_object, &order_view, PyBUF_C_CONTIGUOUS) != 0)
+            goto fail;
+        order_held = 1;
+        if (order_view.itemsize != 8) {
+            PyErr_SetString(PyExc_TypeError, "order: items of 8 bytes");
+            goto fail;
+        }
+    }
+    const int32_t *terms = views[0].buf;
+    const int64_t *lengths = views[1].buf, *term_offsets = views[2].buf, *order = has_order ? order_view.buf : NULL;
+    Py_ssize_t words = views[0].len / 4, rows = views[1].len / 8, vocabulary = views[2].len / 8 - 1;
+    Py_ssize_t wide = views[3].itemsize == 8, out_count = views[3].len / views[3].itemsize;
+    int64_t *starts = NULL, *next = NULL;
+    uint8_t *seen = NULL; /* the rows `order` has named: it must name each once */
+    int fits = vocabulary >= 0 && out_count == words && (!has_order || order_view.len / 8 == rows) && shift >= 0 &&
+               shift <= (wide ? 62 : 31) && term_offsets[0] == 0 && term_offsets[vocabulary] == words;
+    if (fits) {
+        starts = PyMem_Malloc((size_t)(rows + 1) * sizeof(int64_t));
+        next = PyMem_Malloc((size_t)(vocabulary + 1) * sizeof(int64_t));
+        seen = PyMem_Calloc((size_t)rows + 1, 1);
+        if (!starts || !next || !seen) {
+            PyErr_NoMemory();
+            goto fail_arrays;
+        }
+        starts[0] = 0;
+        for (Py_ssize_t row = 0; fits && row < rows; row++) {
+            fits = lengths[row] >= 0 && lengths[row] <= words - starts[row] && lengths[row] <= ((int64_t)1 << shift);
+            starts[row + 1] = starts[row] + (fits ? lengths[row] : 0);
+        }
+        fits = fits && starts[rows] == words && (rows == 0 || ((int64_t)(rows - 1) >> (wide ? 62 - shift : 31 - shift)) == 0);
+        memcpy(next, term_offsets, (size_t)(vocabulary + 1) * sizeof(int64_t));
+    }
+    for (Py_ssize_t stored = 0; fits && stored < rows; stored++) {
+        int64_t row = has_order ? order[stored] : stored;
+        if (row < 0 || row >= rows || seen[row]) {
+            fits = 0;
+            break;
+        }
+        seen[row] = 1;
+        const int32_t *row_terms = terms + starts[row];
+        for (int64_t place = 0; place < lengths[row]; place++) {
+            int32_t term = row_terms[place];
+            if (term < 0 || term >= vocabulary || next[term] >= term_offsets[term + 1]) {
+                fits = 0;
+                break;
+            }
+            int64_t position = ((int64_t)stored << shift) | place;
+            if (wide)
+                ((int64_t *)views[3].buf)[next[term]++] = position;
+            else
+                ((int32_t *)views[3].buf)[next[term]++] = (int32_t)position;
+        }
+    }
+    if (!fits)
+        PyErr_SetString(PyExc_ValueError, "term_ids, lengths, order, term_offsets, shift and out do not agree");
+fail_arrays:
+    PyMem_Free(starts);
+    PyMem_Free(next);
+    PyMem_Free(seen);
+    if (order_held)
+        PyBuffer_Release(&order_view);
+    for (int i = 0; i < 4; i++)
+        PyBuffer_Release(&views[i]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_RETURN_NONE;
+fail:
+    if (order_held)
+        PyBuffer_Release(&order_view);
+    for (int i = 0; i < held; i++)
+        PyBuffer_Release(&views[i]);
+    return NULL;
+}
+
+static PyMethodDef module_methods[] = {
+    {"positions_by_word", positions_by_word, METH_VARARGS, positions_by_word_doc},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module_definition = {
     PyModuleDef_HEAD_INIT, "_numbering", "The text index's word numbering (host/constraints/numbering.py).", -1,
-    NULL, NULL, NULL, NULL, NULL,
+    module_methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__numbering(void) {

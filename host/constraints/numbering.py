@@ -22,6 +22,7 @@ except ImportError:  # installed without a C compiler
     compiled = None  # type: ignore[assignment]
 
 BUILT = compiled is not None
+__all__ = ["BUILT", "Numbering", "compiled"]
 # On ASCII text a word is a run of [A-Za-z0-9_] (host/constraints/words.py): one character for
 # one, so that str.translate keeps its fast path; NUL stays (a token of its own, spaced first).
 _ASCII_SPLIT = str.maketrans({chr(code): " " for code in range(1, 128) if not (chr(code).isalnum() or chr(code) == "_")})

@@ -38,6 +38,7 @@ from typing import Any, overload
 
 import numpy as np
 
+from host.constraints import numbering
 from host.constraints.numbering import Numbering
 from host.constraints.words import INDEXED_FIELDS, INFO_FIELDS, field_value, fold, words
 
@@ -186,9 +187,11 @@ class WordIndexBuilder:
         lengths = np.concatenate(self.lengths) if self.lengths else np.zeros(0, dtype=np.int64)
         data, offsets, renumber = self.numbering.sorted_keys(skip_first=True)
         self.numbering = Numbering()
-        # int64: `finish` keys each word in place (8 bytes a word then, not 4 now and 8 more then).
-        # Filled from the last chunk of numbers back, each let go of once placed: 8 bytes a word now too.
-        term_ids = np.empty(sum(map(len, self.numbers)), dtype=np.int64)
+        # int32 for the compiled counting sort; else int64: `finish` keys each word in place (8 bytes
+        # a word then, not 4 now and 8 more then). Filled from the last chunk of numbers back, each
+        # let go of once placed.
+        term_ids = np.empty(sum(map(len, self.numbers)), dtype=np.int32 if numbering.compiled else np.int64)
+        renumber = renumber.astype(term_ids.dtype)
         stop = len(term_ids)
         while self.numbers:
             chunk = self.numbers.pop()
@@ -199,8 +202,8 @@ class WordIndexBuilder:
         np.cumsum(np.bincount(term_ids, minlength=len(offsets) - 1), out=term_offsets[1:])
         self._prepared = (lengths, term_ids, {"words": data, "word_offsets": offsets, "term_offsets": term_offsets})
 
-    def finish(self, stored_row: np.ndarray | None = None) -> dict[str, np.ndarray]:
-        """The arrays; with `stored_row` (the place each row fed will have), rows are numbered as stored."""
+    def finish(self, order: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The arrays; with `order` (stored row -> row fed), rows are numbered as stored."""
         self.prepare()
         assert self._prepared is not None
         lengths, term_ids, arrays = self._prepared
@@ -209,31 +212,46 @@ class WordIndexBuilder:
         longest = int(lengths.max()) if rows else 0
         shift = max(longest - 1, 0).bit_length()
         dtype = np.int32 if (rows << shift) <= np.iinfo(np.int32).max else np.int64
-        key_bits = max(int(rows << shift).bit_length(), 1)
-        # One sort by (word, position): the keys grow with the position already, so a sort of the
-        # combined number leaves each word's positions in order. The keys are the term ids' own
-        # array (int64 from `prepare`), filled in place: the sort holds 8 bytes a word, no more.
-        combined = term_ids
-        del term_ids
-        np.left_shift(combined, key_bits, out=combined)
-        ends = np.cumsum(lengths)
-        first = 0
-        while first < rows:  # the rows of about FINISH_WORDS words at a time (one at least): small temporaries
-            start = int(ends[first] - lengths[first])
-            last = max(first + 1, int(np.searchsorted(ends, start + FINISH_WORDS, side="right")))
-            chunk_lengths = lengths[first:last]
-            stop = int(ends[last - 1])
-            row_of_word = np.repeat(np.arange(first, last, dtype=np.int64), chunk_lengths)
-            if stored_row is not None:
-                row_of_word = stored_row[row_of_word]
-            in_row = np.arange(stop - start, dtype=np.int64) - np.repeat(np.cumsum(chunk_lengths) - chunk_lengths,
-                                                                        chunk_lengths)
-            combined[start:stop] |= (row_of_word << shift) | in_row
-            first = last
-        combined.sort()
-        np.bitwise_and(combined, (1 << key_bits) - 1, out=combined)
-        positions = narrowed_in_place(combined) if dtype == np.int32 else combined
+        compiled = numbering.compiled
+        if compiled is not None and term_ids.dtype == np.int32:  # a counting sort: one pass over the words
+            positions = np.empty(len(term_ids), dtype=dtype)
+            compiled.positions_by_word(term_ids, lengths, None if order is None else np.ascontiguousarray(order, np.int64),
+                                       arrays["term_offsets"], shift, positions)
+        else:
+            positions = _sorted_positions(term_ids.astype(np.int64, copy=False), lengths, order, shift, dtype)
         return {**arrays, "positions": positions, "layout": np.array([shift], dtype=np.int64)}
+
+
+def _sorted_positions(term_ids: np.ndarray, lengths: np.ndarray, order: np.ndarray | None, shift: int,
+                      dtype: type[np.signedinteger[Any]]) -> np.ndarray:
+    """`positions_by_word` in numpy: one sort by (word, position). The keys grow with the position
+    already, so a sort of the combined number leaves each word's positions in order. The keys are
+    the term ids' own array (int64), filled in place: the sort holds 8 bytes a word, no more."""
+    rows = len(lengths)
+    key_bits = max(int(rows << shift).bit_length(), 1)
+    stored_row = None
+    if order is not None:
+        stored_row = np.empty(len(order), dtype=np.int64)
+        stored_row[order] = np.arange(len(order))
+    combined = term_ids
+    np.left_shift(combined, key_bits, out=combined)
+    ends = np.cumsum(lengths)
+    first = 0
+    while first < rows:  # the rows of about FINISH_WORDS words at a time (one at least): small temporaries
+        start = int(ends[first] - lengths[first])
+        last = max(first + 1, int(np.searchsorted(ends, start + FINISH_WORDS, side="right")))
+        chunk_lengths = lengths[first:last]
+        stop = int(ends[last - 1])
+        row_of_word = np.repeat(np.arange(first, last, dtype=np.int64), chunk_lengths)
+        if stored_row is not None:
+            row_of_word = stored_row[row_of_word]
+        in_row = np.arange(stop - start, dtype=np.int64) - np.repeat(np.cumsum(chunk_lengths) - chunk_lengths,
+                                                                    chunk_lengths)
+        combined[start:stop] |= (row_of_word << shift) | in_row
+        first = last
+    combined.sort()
+    np.bitwise_and(combined, (1 << key_bits) - 1, out=combined)
+    return narrowed_in_place(combined) if dtype == np.int32 else combined
 
 
 def narrowed_in_place(values: np.ndarray) -> np.ndarray:
@@ -377,13 +395,9 @@ class TextIndexBuilder:
 
     def finish(self, order: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """The arrays by file name (without `.npy`); with `order` (stored row -> row fed), for rows as stored."""
-        stored_row = None
-        if order is not None:
-            stored_row = np.empty(len(order), dtype=np.int64)
-            stored_row[order] = np.arange(len(order))
         arrays: dict[str, np.ndarray] = {}
         for field in INDEXED_FIELDS:
-            for part, array in self.words.pop(field).finish(stored_row).items():
+            for part, array in self.words.pop(field).finish(order).items():
                 arrays[f"{PREFIX}{field}.{part}"] = array
             if field in self.values:
                 for part, array in self.values.pop(field).finish(order).items():

@@ -1,10 +1,9 @@
-"""What a compile learns of the bits as they pass, worked out on a thread of its own.
+"""What a compile learns of the bits as they pass: sign codes, the largest norm, each dimension's
+lowest and highest value (for the 8-bit codes) and the public digest.
 
-`StoreWriter` hands every block here once it is written; a thread then takes its sign codes, its
-largest norm, each dimension's lowest and highest value (for the 8-bit codes) and its share of
-the public digest. That work is numpy and hashing of large buffers, which release the GIL, so it
-runs on the second core while the first parses the next block of the library file. One block at a
-time is in hand (the next `add` waits for it): memory stays a block's worth.
+`StoreWriter` hands every block here on a thread of its own (host/store/writer.py): this work is
+numpy and hashing of large buffers, which let go of the GIL, so it runs on the second core while
+the first parses the next block of the library file.
 
 The public digest is taken column by column over the public bits in file order (their ids, token
 counts, vectors, record lengths and records, each column a SHA-256 of its own, joined at the end):
@@ -15,7 +14,6 @@ were split into blocks.
 from __future__ import annotations
 
 import hashlib
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -26,7 +24,7 @@ COLUMNS = ("ids", "token_counts", "vectors", "record_lengths", "records")
 
 
 class RunningSummary:
-    """Sign codes, largest norm, value range and public digest of the blocks `add`ed, in order."""
+    """Sign codes, largest norm, value range and public digest of the blocks taken, in order."""
 
     def __init__(self) -> None:
         self.signs: list[np.ndarray] = []
@@ -34,41 +32,11 @@ class RunningSummary:
         self.low: np.ndarray | None = None  # each dimension's smallest and largest value so far
         self.high: np.ndarray | None = None
         self._public = {column: hashlib.sha256() for column in COLUMNS}
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix="compile-summary")
-        self._pending: Future[None] | None = None
 
-    def add(self, vectors: np.ndarray, ids: list[bytes], token_counts: list[int], tags: list[str | None],
-            packed: list[bytes], records: bytes) -> None:
-        """A block written: its vectors (float32, rows x dimension), and per bit its 32-byte id, token
+    def take(self, vectors: np.ndarray, ids: list[bytes], token_counts: list[int], tags: list[str | None],
+             packed: list[bytes], records: bytes) -> None:
+        """The next block: its vectors (float32, rows x dimension), and per bit its 32-byte id, token
         count, access tag (None: public) and packed record (`records`: the records joined)."""
-        self.wait()
-        self._pending = self._thread.submit(self._take, vectors, ids, token_counts, tags, packed, records)
-
-    def wait(self) -> None:
-        """Until every block added is taken in; raises what taking one raised."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.result()
-
-    def close(self) -> None:
-        self._thread.shutdown(wait=True)
-
-    def sign_codes(self, dimension: int) -> np.ndarray:
-        self.wait()
-        signs = np.concatenate(self.signs) if self.signs else np.zeros((0, words_for(dimension)), dtype="<u8")
-        self.signs = []
-        return signs
-
-    def public_digest(self, message: Any) -> str:
-        """sha256(the library's message, or a NUL if it has none + sha256(the columns' digests))."""
-        self.wait()
-        columns = hashlib.sha256(b"".join(self._public[column].digest() for column in COLUMNS))
-        digest = hashlib.sha256(message.encode() if isinstance(message, str) else b"\0")
-        digest.update(columns.digest())
-        return digest.hexdigest()
-
-    def _take(self, vectors: np.ndarray, ids: list[bytes], token_counts: list[int], tags: list[str | None],
-              packed: list[bytes], records: bytes) -> None:
         self.signs.append(pack_signs(vectors))
         self.largest_norm = max(self.largest_norm, largest_norm(vectors))
         low, high = vectors.min(axis=0), vectors.max(axis=0)
@@ -79,12 +47,24 @@ class RunningSummary:
             return
         every = len(public) == len(tags)
         column = self._public
-        column["ids"].update(b"".join(ids) if every else b"".join([ids[row] for row in public]))
         kept = packed if every else [packed[row] for row in public]
+        column["ids"].update(b"".join(ids) if every else b"".join([ids[row] for row in public]))
         column["token_counts"].update(np.asarray(token_counts if every else [token_counts[row] for row in public], "<i8").data)
         column["vectors"].update((vectors if every else vectors[public]).data)
         column["record_lengths"].update(np.fromiter(map(len, kept), "<i8").data)
         column["records"].update(records if every else b"".join(kept))
+
+    def sign_codes(self, dimension: int) -> np.ndarray:
+        signs = np.concatenate(self.signs) if self.signs else np.zeros((0, words_for(dimension)), dtype="<u8")
+        self.signs = []
+        return signs
+
+    def public_digest(self, message: Any) -> str:
+        """sha256(the library's message, or a NUL if it has none + sha256(the columns' digests))."""
+        columns = hashlib.sha256(b"".join(self._public[column].digest() for column in COLUMNS))
+        digest = hashlib.sha256(message.encode() if isinstance(message, str) else b"\0")
+        digest.update(columns.digest())
+        return digest.hexdigest()
 
 
 def largest_norm(vectors: np.ndarray) -> float:

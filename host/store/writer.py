@@ -36,7 +36,7 @@ import os
 import threading
 from array import array
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -81,7 +81,10 @@ class StoreWriter:
         self._tag_numbers = array("H")
         self._ids = bytearray()
         self._background: list[_Background] = []  # joined by `close`, whatever `finish` ended with
-        self._summary = RunningSummary()  # sign codes, norms, value ranges, public digest: on a thread
+        self._summary = RunningSummary()  # sign codes, norms, value ranges, public digest
+        # The vectors are written and summed up on a thread beside, a block at a time (`_beside`).
+        self._beside_thread = ThreadPoolExecutor(1, thread_name_prefix="compile-beside")
+        self._beside_pending: Future[None] | None = None
 
     def add(self, block: BitBlock) -> None:
         if not len(block):
@@ -89,7 +92,6 @@ class StoreWriter:
         vectors = np.ascontiguousarray(block.vectors, dtype="<f4")
         self.dimension = vectors.shape[1]
         packed = list(map(_pack, block.records))
-        self._vectors.write(vectors.data)
         records = b"".join(packed)
         self._records.write(records)
         self._records.flush()  # the text index's process reads what is written
@@ -100,20 +102,32 @@ class StoreWriter:
         tags = self._tags
         self._tag_numbers.extend(tags.setdefault(tag, len(tags)) for tag in block.tags)
         self._ids += b"".join(block.ids)
-        self._summary.add(vectors, block.ids, block.token_counts, block.tags, packed, records)
+        self._beside()
+        self._beside_pending = self._beside_thread.submit(self._write_and_take, vectors, block, packed, records)
         self.rows += len(block)
 
+    def _write_and_take(self, vectors: np.ndarray, block: BitBlock, packed: list[bytes], records: bytes) -> None:
+        self._vectors.write(vectors.data)
+        self._summary.take(vectors, block.ids, block.token_counts, block.tags, packed, records)
+
+    def _beside(self) -> None:
+        """Wait for the block on the thread beside (one at a time: memory holds a block's worth)."""
+        pending, self._beside_pending = self._beside_pending, None
+        if pending is not None:
+            pending.result()
+
     def close(self) -> None:
+        self._beside_thread.shutdown(wait=True)  # a block still being written: waited for, before the file closes
         for work in self._background:  # a finish that failed must not leave a thread writing in the folder
             work.join()
         self._vectors.close()
         self._records.close()
         self._text.close()
-        self._summary.close()
 
     def finish(self, header: LibraryHeader, source: dict[str, Any], name: str, *, cluster_from: int = CLUSTER_FROM,
                step: Step | None = None) -> None:
         """Write everything else and meta.json (last): `building` then holds a whole compiled folder."""
+        self._beside()
         self._vectors.close()
         self._records.close()
         step = step or (lambda what, done: None)
@@ -126,7 +140,6 @@ class StoreWriter:
         _fix_npy_header(folder / "embeddings.npy", (rows, dimension))
         clustered = rows >= max(cluster_from, 1)
         summary = self._summary
-        summary.wait()
         low, high = summary.low, summary.high
         scale = code_scale(low, high) if clustered and low is not None and high is not None else None
         # The layout (BLAS) runs on a thread of its own while this one splits the records into
