@@ -15,7 +15,7 @@ from host.search import budget, cluster_scan
 from host.search.engine import Search, rank
 from host.store import kernels
 from host.store.codes import CodedQuery, code_scale, encode
-from host.store.writer import RowFile, read_ranges
+from host.store.writer import RowFile, copy_ranges, read_ranges
 
 IN_CI = os.environ.get("CI") == "true"
 needs_kernels = pytest.mark.skipif(not kernels.BUILT and not IN_CI, reason="host/store/_kernels.c was not built here")
@@ -242,6 +242,9 @@ def test_byte_ranges_are_read_back_to_back_in_the_order_asked(either_way: None, 
         assert out.tobytes() == b"".join(data[start : start + length].tobytes() for start, length in zip(starts, lengths))
         with pytest.raises(OSError, match=r"end of file at byte 100,?000"):
             read_ranges(handle.fileno(), np.array([99_995], np.int64), np.array([10], np.int64), np.empty(10, np.uint8))
+    copied = np.empty(int(lengths.sum()), np.uint8)
+    copy_ranges(data.tobytes(), starts, lengths, copied)
+    assert copied.tobytes() == out.tobytes()
 
 
 def test_scattered_rows_of_a_matrix_file_are_its_rows(either_way: None, tmp_path) -> None:
@@ -268,3 +271,7 @@ def test_ranges_that_do_not_fill_out_exactly_are_refused_before_anything_is_read
                                      memoryview(bytearray(size)))
         with pytest.raises(OSError):
             compiled.read_ranges(-1, np.array([0], np.int64), np.array([3], np.int64), memoryview(bytearray(3)))
+    source = memoryview(b"x" * 100)
+    for starts, lengths, size in (([0, 5], [3, 3], 5), ([98], [3], 3), ([-1], [1], 1), ([0], [-1], 0)):
+        with pytest.raises(ValueError, match="do not fill out exactly"):
+            compiled.copy_ranges(source, np.array(starts, np.int64), np.array(lengths, np.int64), memoryview(bytearray(size)))

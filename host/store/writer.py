@@ -298,6 +298,16 @@ def read_at(fd: int, offset: int, out: np.ndarray | memoryview) -> None:
         done += count
 
 
+def copy_ranges(source: bytes, starts: np.ndarray, lengths: np.ndarray, out: np.ndarray) -> None:
+    """`read_ranges` from memory: `out` = each range [start, start + length) of `source` in turn."""
+    view = memoryview(out).cast("B")  # type: ignore[arg-type]
+    compiled = kernels.compiled
+    if compiled is not None:
+        compiled.copy_ranges(memoryview(source), starts, lengths, view)
+        return
+    view[:] = b"".join([source[start:stop] for start, stop in zip(starts.tolist(), (starts + lengths).tolist())])
+
+
 def read_ranges(fd: int, starts: np.ndarray, lengths: np.ndarray, out: np.ndarray) -> None:
     """Fill `out` (C-contiguous) with the file's bytes [start, start + length) of each range in
     turn (int64 `starts` and `lengths`), back to back: rows scattered over a file read with pread,
@@ -377,8 +387,8 @@ class _Progress:
 def _rewrite_records(path: Path, lengths: np.ndarray, order: np.ndarray, *, whole_up_to: int) -> None:
     """records.bin (file order) rewritten in the layout's order, a block of rows at a time (at most
     ROW_BLOCK rows and RECORD_BLOCK_BYTES bytes, or one row however long). Up to `whole_up_to`
-    bytes the file-order copy is read whole and each record sliced from it; a larger one is read
-    a block at a time with pread (`read_ranges`: ~2.5 µs a record, a slice ~0.3 µs)."""
+    bytes the file-order copy is read whole and each block copied from it (`copy_ranges`); a larger
+    one is read a block at a time with pread (`read_ranges`: ~1.5 µs a record, a copy ~0.05 µs)."""
     file_order = path.with_name(".file-order.bin")
     path.rename(file_order)
     starts = np.zeros(len(lengths) + 1, dtype=np.int64)
@@ -392,13 +402,12 @@ def _rewrite_records(path: Path, lengths: np.ndarray, order: np.ndarray, *, whol
             last = min(first + ROW_BLOCK,
                        max(first + 1, int(np.searchsorted(ends, written + RECORD_BLOCK_BYTES, side="right"))))
             rows = order[first:last]
+            block = np.empty(int(ends[last - 1]) - written, dtype=np.uint8)
             if whole is not None:
-                handle.write(b"".join([whole[start:stop] for start, stop in
-                                       zip(starts[rows].tolist(), (starts[rows] + lengths[rows]).tolist())]))
+                copy_ranges(whole, starts[rows], lengths[rows], block)
             else:
-                block = np.empty(int(ends[last - 1]) - written, dtype=np.uint8)
                 read_ranges(source.fileno(), starts[rows], lengths[rows], block)
-                handle.write(block.data)
+            handle.write(block.data)
             first = last
     file_order.unlink()
 
