@@ -61,6 +61,7 @@ from host.constraints.text_index import TextIndex, open_text_index
 from host.library.format import BLOCK, BitBlock, LibraryFormatError, LibraryHeader, ParsedLibrary
 from host.library.stream import read_whole, stream_library
 from host.library.visibility import allowed_tag_ids
+from host.service.allocator import garbage_collector_paused
 from host.store.clusters import CLUSTER_FROM
 from host.store.progress import CompileProgress
 from host.store.sign_codes import words_for
@@ -204,7 +205,7 @@ def compile_library(source: Path, folder: Path, *, name: str, access_tag: str | 
     name: the caller adds it) or OSError.
     """
     stat = source.stat()
-    with _building(folder) as building:
+    with _building(folder) as building, garbage_collector_paused():
         writer = StoreWriter(building)
         try:
             streamed = stream_library(source, writer, access_tag=access_tag, problem_limit=1,

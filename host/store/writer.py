@@ -35,6 +35,7 @@ import json
 import os
 import threading
 from array import array
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
@@ -58,6 +59,7 @@ STORE_FORMAT = 8  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json; 6: c
 ROW_BLOCK = 4096  # rows copied at a time when writing a permuted matrix (no second full copy)
 RECORD_BLOCK_BYTES = 1 << 20  # records rewritten at a time, at most
 RECORDS_WHOLE_SHARE = 8  # records.bin is read whole for its rewrite up to 1/8 of the vectors' size
+BESIDE_BLOCKS = 4  # blocks handed to the thread beside the parse and not yet taken, at most
 REWRITE_THREADS = 2  # threads putting the vectors in the layout's order (reading, encoding, writing let go of the GIL)
 HEADER_BYTES = 128  # the .npy header of any (rows, dimension) float32 array up to 10^15 rows
 Step = Callable[[str, float], None]  # (what is being done, fraction of it done)
@@ -82,9 +84,9 @@ class StoreWriter:
         self._ids = bytearray()
         self._background: list[_Background] = []  # joined by `close`, whatever `finish` ended with
         self._summary = RunningSummary()  # sign codes, norms, value ranges, public digest
-        # The vectors are written and summed up on a thread beside, a block at a time (`_beside`).
+        # The vectors are written and summed up on a thread beside, BESIDE_BLOCKS blocks ahead at most.
         self._beside_thread = ThreadPoolExecutor(1, thread_name_prefix="compile-beside")
-        self._beside_pending: Future[None] | None = None
+        self._beside_pending: deque[Future[None]] = deque()
 
     def add(self, block: BitBlock) -> None:
         if not len(block):
@@ -102,19 +104,19 @@ class StoreWriter:
         tags = self._tags
         self._tag_numbers.extend(tags.setdefault(tag, len(tags)) for tag in block.tags)
         self._ids += b"".join(block.ids)
-        self._beside()
-        self._beside_pending = self._beside_thread.submit(self._write_and_take, vectors, block, packed, records)
+        self._beside(BESIDE_BLOCKS - 1)
+        self._beside_pending.append(self._beside_thread.submit(self._write_and_take, vectors, block, packed, records))
         self.rows += len(block)
 
     def _write_and_take(self, vectors: np.ndarray, block: BitBlock, packed: list[bytes], records: bytes) -> None:
         self._vectors.write(vectors.data)
         self._summary.take(vectors, block.ids, block.token_counts, block.tags, packed, records)
 
-    def _beside(self) -> None:
-        """Wait for the block on the thread beside (one at a time: memory holds a block's worth)."""
-        pending, self._beside_pending = self._beside_pending, None
-        if pending is not None:
-            pending.result()
+    def _beside(self, left: int = 0) -> None:
+        """Wait until at most `left` blocks are still to be taken on the thread beside (raising what
+        taking one raised): memory holds a few blocks' worth."""
+        while len(self._beside_pending) > left:
+            self._beside_pending.popleft().result()
 
     def close(self) -> None:
         self._beside_thread.shutdown(wait=True)  # a block still being written: waited for, before the file closes
