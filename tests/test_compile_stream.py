@@ -20,7 +20,7 @@ from host.catalog.generations import load_catalog
 from host.library import stream
 from host.library.format import LibraryFormatError, library_problems, parse_library
 from host.library.stream import stream_library
-from host.store import text_process
+from host.store import text_process, writer
 from host.store.compiled import SourceKey, compile_library, file_sha256, load_library, open_compiled, write_compiled
 from host.store.progress import CompileProgress
 
@@ -67,6 +67,19 @@ def test_a_streamed_compile_is_byte_identical_to_compiling_the_parsed_file(tmp_p
     assert folder_files(tmp_path / "streamed") == folder_files(tmp_path / "whole")
     compiled = open_compiled(tmp_path / "streamed", source)
     assert compiled.bit_count == 1_300 and compiled.centroids is not None and compiled.tags == ("", "staff")
+
+
+def test_records_read_whole_or_a_block_at_a_time_are_put_in_the_same_order(tmp_path, monkeypatch):
+    source = write_library(tmp_path / "lib.json", mixed_library())
+    monkeypatch.setattr(writer, "RECORDS_WHOLE_MAX", 1 << 40)
+    monkeypatch.setattr(writer, "RECORDS_WHOLE_SHARE", 1)  # read whole...
+    compile_library(source, tmp_path / "whole", name="lib", cluster_from=1_000)
+    monkeypatch.setattr(writer, "RECORDS_WHOLE_MAX", 0)  # ...and read with pread, a block at a time
+    monkeypatch.setattr(writer, "ROW_BLOCK", 100)
+    compile_library(source, tmp_path / "blocks", name="lib", cluster_from=1_000)
+    assert folder_files(tmp_path / "whole") == folder_files(tmp_path / "blocks")
+    records = open_compiled(tmp_path / "blocks", source)
+    assert records.bit_count == 1_300 and "Zürich" in "".join(records.record(row)["text"] for row in range(1_300))
 
 
 def test_the_text_index_built_by_a_second_process_is_the_one_built_here(tmp_path, monkeypatch):

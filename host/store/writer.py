@@ -58,7 +58,8 @@ STORE_FORMAT = 8  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json; 6: c
 # 8: the public digest taken column by column (host/store/summary.py)
 ROW_BLOCK = 4096  # rows copied at a time when writing a permuted matrix (no second full copy)
 RECORD_BLOCK_BYTES = 1 << 20  # records rewritten at a time, at most
-RECORDS_WHOLE_SHARE = 8  # records.bin is read whole for its rewrite up to 1/8 of the vectors' size
+RECORDS_WHOLE_SHARE = 8  # records.bin is read whole for its rewrite up to 1/8 of the vectors' size...
+RECORDS_WHOLE_MAX = 512 << 20  # ...and 512 MB
 BESIDE_BLOCKS = 4  # blocks handed to the thread beside the parse and not yet taken, at most
 REWRITE_THREADS = 2  # threads putting the vectors in the layout's order (reading, encoding, writing let go of the GIL)
 HEADER_BYTES = 128  # the .npy header of any (rows, dimension) float32 array up to 10^15 rows
@@ -163,7 +164,8 @@ class StoreWriter:
         record_offsets = np.zeros(rows + 1, dtype=np.int64)
         np.cumsum(lengths if order is None else lengths[order], out=record_offsets[1:])
         if order is not None:
-            _rewrite_records(folder / "records.bin", lengths, order, whole_up_to=rows * dimension * 4 // RECORDS_WHOLE_SHARE)
+            _rewrite_records(folder / "records.bin", lengths, order,
+                             whole_up_to=min(rows * dimension * 4 // RECORDS_WHOLE_SHARE, RECORDS_WHOLE_MAX))
         signs = summary.sign_codes(dimension)
 
         def arranged(values: np.ndarray) -> np.ndarray:
