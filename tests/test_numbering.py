@@ -77,6 +77,16 @@ def test_strings_are_keyed_by_their_utf8(way: str) -> None:
     assert renumber.tolist() == [encoded.index(string.encode("utf-8", "surrogatepass")) for string in strings[:6]]
 
 
+def test_keys_sort_by_all_their_bytes_past_a_shared_beginning(way: str) -> None:
+    strings = ["https://example.com/b", "https://example.com/a", "https://example.com/", "https://example.com",
+               "a\0", "a", "a\0b", "abcdefgh", "abcdefghi", "abcdefg\xff", "abcdefg", "\U0001f600", "\uffff", ""]
+    numbered = Numbering()
+    numbered.number_strings(strings)
+    data, offsets, _ = numbered.sorted_keys()
+    keys = [bytes(data[offsets[place] : offsets[place + 1]]) for place in range(len(offsets) - 1)]
+    assert keys == sorted(string.encode() for string in strings)
+
+
 def test_the_first_key_is_left_out_only_if_it_sorts_first(way: str) -> None:
     numbered = Numbering("\0", "b", "a")
     data, offsets, renumber = numbered.sorted_keys(skip_first=True)

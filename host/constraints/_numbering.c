@@ -257,15 +257,35 @@ static PyObject *number_strings(Numbering *self, PyObject *strings) {
     return numbers_as_bytes(numbers, count);
 }
 
+/* A key to sort: its first 8 bytes as a big-endian number (zero-padded), which orders most keys
+   without reading the arena, and its number. */
+typedef struct {
+    uint64_t prefix;
+    int64_t number;
+} SortKey;
+
 static const Numbering *sorting; /* qsort has no context argument; the GIL is held throughout */
 
 static int compare_keys(const void *left, const void *right) {
-    Py_ssize_t a = *(const int32_t *)left, b = *(const int32_t *)right;
-    Py_ssize_t a_start = sorting->starts[a], a_length = sorting->starts[a + 1] - a_start;
-    Py_ssize_t b_start = sorting->starts[b], b_length = sorting->starts[b + 1] - b_start;
-    int order = memcmp(sorting->arena + a_start, sorting->arena + b_start,
-                       (size_t)(a_length < b_length ? a_length : b_length));
-    return order ? order : (a_length > b_length) - (a_length < b_length);
+    const SortKey *a = left, *b = right;
+    if (a->prefix != b->prefix)
+        return a->prefix < b->prefix ? -1 : 1;
+    Py_ssize_t a_start = sorting->starts[a->number], a_length = sorting->starts[a->number + 1] - a_start;
+    Py_ssize_t b_start = sorting->starts[b->number], b_length = sorting->starts[b->number + 1] - b_start;
+    Py_ssize_t shorter = a_length < b_length ? a_length : b_length;
+    if (shorter > 8) { /* the first 8 bytes are the same */
+        int order = memcmp(sorting->arena + a_start + 8, sorting->arena + b_start + 8, (size_t)(shorter - 8));
+        if (order)
+            return order;
+    }
+    return (a_length > b_length) - (a_length < b_length);
+}
+
+static uint64_t prefix_of(const char *bytes, Py_ssize_t length) {
+    uint64_t prefix = 0;
+    for (int i = 0; i < 8; i++)
+        prefix = (prefix << 8) | (i < length ? (unsigned char)bytes[i] : 0);
+    return prefix;
 }
 
 PyDoc_STRVAR(sorted_keys_doc,
@@ -281,16 +301,19 @@ static PyObject *sorted_keys(Numbering *self, PyObject *skip_object) {
     if (skip_first < 0)
         return NULL;
     Py_ssize_t count = self->count;
-    int32_t *order = PyMem_Malloc((size_t)(count + 1) * sizeof(int32_t));
+    SortKey *order = PyMem_Malloc((size_t)(count + 1) * sizeof(SortKey));
     if (!order)
         return PyErr_NoMemory();
-    for (Py_ssize_t number = 0; number < count; number++)
-        order[number] = (int32_t)number;
+    for (Py_ssize_t number = 0; number < count; number++) {
+        Py_ssize_t start = self->starts[number];
+        order[number].prefix = prefix_of(self->arena + start, self->starts[number + 1] - start);
+        order[number].number = number;
+    }
     sorting = self;
-    qsort(order, (size_t)count, sizeof(int32_t), compare_keys);
+    qsort(order, (size_t)count, sizeof(SortKey), compare_keys);
     sorting = NULL;
     Py_ssize_t first = skip_first ? 1 : 0;
-    if (skip_first && (count == 0 || order[0] != 0)) {
+    if (skip_first && (count == 0 || order[0].number != 0)) {
         PyMem_Free(order);
         PyErr_SetString(PyExc_ValueError, "key 0 does not sort first");
         return NULL;
@@ -313,7 +336,7 @@ static PyObject *sorted_keys(Numbering *self, PyObject *skip_object) {
     if (count)
         places[0] = 0;
     for (Py_ssize_t place = 0; place < kept; place++) {
-        Py_ssize_t number = order[place + first], start = self->starts[number];
+        Py_ssize_t number = order[place + first].number, start = self->starts[number];
         Py_ssize_t length = self->starts[number + 1] - start;
         memcpy(out + written, self->arena + start, (size_t)length);
         written += length;
