@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+from compiled_or_not import compiled_or_not
 from librarian import brute_force_ranking
 from test_clusters import NOBODY, blobs, compile_file, library_file
 
@@ -222,12 +223,7 @@ def test_arguments_that_do_not_fit_are_refused_before_anything_is_read() -> None
 
 @pytest.fixture(params=["compiled", "numpy"])
 def either_way(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    if request.param == "numpy":
-        monkeypatch.setattr(kernels, "compiled", None)
-    elif not kernels.BUILT:
-        if IN_CI:
-            pytest.fail("host/store/_kernels.c did not build")
-        pytest.skip("host/store/_kernels.c was not built here")
+    compiled_or_not(request.param, kernels, "host/store/_kernels.c", monkeypatch)
 
 
 def test_byte_ranges_are_read_back_to_back_in_the_order_asked(either_way: None, tmp_path) -> None:

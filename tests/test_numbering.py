@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+from compiled_or_not import compiled_or_not
 
 from host.constraints import numbering
 from host.constraints.numbering import Numbering
@@ -19,12 +20,7 @@ needs_compiled = pytest.mark.skipif(not numbering.BUILT and not IN_CI, reason="h
 
 @pytest.fixture(params=["compiled", "python"])
 def way(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "python":
-        monkeypatch.setattr(numbering, "compiled", None)
-    elif not numbering.BUILT:
-        if IN_CI:
-            pytest.fail("host/constraints/_numbering.c did not build")
-        pytest.skip("host/constraints/_numbering.c was not built here")
+    compiled_or_not(request.param, numbering, "host/constraints/_numbering.c", monkeypatch)
     return str(request.param)
 
 

@@ -401,6 +401,19 @@ static PyObject *encode_codes(PyObject *module, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* Whether `count` ranges [starts[i], starts[i] + lengths[i]) lie within a source of `source_length`
+   bytes (a file: any length) and fill `out_length` bytes exactly, back to back. */
+static int ranges_fill(const int64_t *starts, const int64_t *lengths, Py_ssize_t count, Py_ssize_t source_length,
+                       Py_ssize_t out_length) {
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (starts[i] < 0 || lengths[i] < 0 || starts[i] > source_length - lengths[i] || lengths[i] > out_length - total)
+            return 0;
+        total += lengths[i];
+    }
+    return total == out_length;
+}
+
 PyDoc_STRVAR(read_ranges_doc,
 "read_ranges(fd, starts, lengths, out)\n\n"
 "Fill `out` (bytes, writable) with the file's bytes [starts[i], starts[i] + lengths[i]) for each i\n"
@@ -418,13 +431,8 @@ static PyObject *read_ranges(PyObject *module, PyObject *args) {
     if (get_buffers(objects, views, 3, names, items, 0x4) != 0)
         return NULL;
     const int64_t *starts = views[0].buf, *lengths = views[1].buf;
-    Py_ssize_t count = views[0].len / 8, total = 0;
-    int fits = views[1].len == views[0].len;
-    for (Py_ssize_t i = 0; fits && i < count; i++) {
-        fits = starts[i] >= 0 && lengths[i] >= 0 && lengths[i] <= views[2].len - total;
-        total += fits ? lengths[i] : 0;
-    }
-    if (!fits || total != views[2].len) {
+    Py_ssize_t count = views[0].len / 8;
+    if (views[1].len != views[0].len || !ranges_fill(starts, lengths, count, PY_SSIZE_T_MAX, views[2].len)) {
         release(views, 3);
         PyErr_SetString(PyExc_ValueError, "starts and lengths (int64, as many) do not fill out exactly");
         return NULL;
@@ -476,14 +484,9 @@ static PyObject *copy_ranges(PyObject *module, PyObject *args) {
     if (get_buffers(objects, views, 4, names, items, 0x8) != 0)
         return NULL;
     const int64_t *starts = views[1].buf, *lengths = views[2].buf;
-    Py_ssize_t count = views[1].len / 8, total = 0;
-    int fits = views[2].len == views[1].len;
-    for (Py_ssize_t i = 0; fits && i < count; i++) {
-        fits = starts[i] >= 0 && lengths[i] >= 0 && starts[i] <= views[0].len - lengths[i] &&
-               lengths[i] <= views[3].len - total;
-        total += fits ? lengths[i] : 0;
-    }
-    if (fits && total == views[3].len) {
+    Py_ssize_t count = views[1].len / 8, total = views[3].len;
+    int fits = views[2].len == views[1].len && ranges_fill(starts, lengths, count, views[0].len, total);
+    if (fits) {
         const char *source = views[0].buf;
         char *out = views[3].buf;
         PyThreadState *saved = total >= LET_GO_FROM ? PyEval_SaveThread() : NULL;
@@ -493,7 +496,7 @@ static PyObject *copy_ranges(PyObject *module, PyObject *args) {
             PyEval_RestoreThread(saved);
     }
     release(views, 4);
-    if (!fits || total != views[3].len) {
+    if (!fits) {
         PyErr_SetString(PyExc_ValueError, "starts and lengths (int64, as many, within source) do not fill out exactly");
         return NULL;
     }
