@@ -8,8 +8,9 @@ Memory stays at a few dozen bytes per bit plus the text index, whatever the vect
 
 1. While the bits arrive, each block's vectors are appended to `embeddings.npy` (a header of fixed
    size is fixed up at the end) and its packed records to `records.bin`, in file order; per-bit
-   scalars (id, token count, tag, record length) are kept in small arrays; sign codes, the public
-   digest, the largest norm and the values' range are taken on a thread beside (host/store/summary.py).
+   scalars (id, token count, tag, record length) are kept in small arrays. The vectors are written
+   on a thread beside, and their sign codes, the public digest, the largest norm and the values'
+   range are taken on another (host/store/summary.py).
 2. At the end, a library of `cluster_from` bits or more gets its layout (host/store/clusters.py: k-means
    on a sample of the rows, every row assigned block by block), and the two big files are written
    again in the layout's order from their file-order copies, which are then deleted: the vectors
@@ -85,8 +86,10 @@ class StoreWriter:
         self._ids = bytearray()
         self._background: list[_Background] = []  # joined by `close`, whatever `finish` ended with
         self._summary = RunningSummary()  # sign codes, norms, value ranges, public digest
-        # The vectors are written and summed up on a thread beside, BESIDE_BLOCKS blocks ahead at most.
-        self._beside_thread = ThreadPoolExecutor(1, thread_name_prefix="compile-beside")
+        # The vectors are written on one thread beside and summed up on another, BESIDE_BLOCKS blocks
+        # ahead at most: both let go of the GIL, and the main thread parses the next blocks meanwhile.
+        self._beside_threads = (ThreadPoolExecutor(1, thread_name_prefix="compile-vectors"),
+                                ThreadPoolExecutor(1, thread_name_prefix="compile-summary"))
         self._beside_pending: deque[Future[None]] = deque()
 
     def add(self, block: BitBlock) -> None:
@@ -105,22 +108,25 @@ class StoreWriter:
         tags = self._tags
         self._tag_numbers.extend(tags.setdefault(tag, len(tags)) for tag in block.tags)
         self._ids += b"".join(block.ids)
-        self._beside(BESIDE_BLOCKS - 1)
-        self._beside_pending.append(self._beside_thread.submit(self._write_and_take, vectors, block, packed, records))
+        self._beside(2 * (BESIDE_BLOCKS - 1))
+        writing, summing = self._beside_threads
+        self._beside_pending.append(writing.submit(self._write_vectors, vectors))
+        self._beside_pending.append(summing.submit(self._summary.take, vectors, block.ids, block.token_counts,
+                                                   block.tags, packed, records))
         self.rows += len(block)
 
-    def _write_and_take(self, vectors: np.ndarray, block: BitBlock, packed: list[bytes], records: bytes) -> None:
+    def _write_vectors(self, vectors: np.ndarray) -> None:
         self._vectors.write(vectors.data)
-        self._summary.take(vectors, block.ids, block.token_counts, block.tags, packed, records)
 
     def _beside(self, left: int = 0) -> None:
-        """Wait until at most `left` blocks are still to be taken on the thread beside (raising what
-        taking one raised): memory holds a few blocks' worth."""
+        """Wait until at most `left` jobs (two a block) are still to be done beside (raising what one
+        raised): memory holds a few blocks' worth."""
         while len(self._beside_pending) > left:
             self._beside_pending.popleft().result()
 
     def close(self) -> None:
-        self._beside_thread.shutdown(wait=True)  # a block still being written: waited for, before the file closes
+        for thread in self._beside_threads:  # a block still being written: waited for, before the file closes
+            thread.shutdown(wait=True)
         for work in self._background:  # a finish that failed must not leave a thread writing in the folder
             work.join()
         self._vectors.close()
