@@ -73,9 +73,14 @@ def test_strings_are_keyed_by_their_utf8(way: str) -> None:
     assert renumber.tolist() == [encoded.index(string.encode("utf-8", "surrogatepass")) for string in strings[:6]]
 
 
-def test_keys_sort_by_all_their_bytes_past_a_shared_beginning(way: str) -> None:
-    strings = ["https://example.com/b", "https://example.com/a", "https://example.com/", "https://example.com",
-               "a\0", "a", "a\0b", "abcdefgh", "abcdefghi", "abcdefg\xff", "abcdefg", "\U0001f600", "\uffff", ""]
+@pytest.mark.parametrize("strings", [
+    ["https://example.com/b", "https://example.com/a", "https://example.com/", "https://example.com",
+     "a\0", "a", "a\0b", "abcdefgh", "abcdefghi", "abcdefg\xff", "abcdefg", "\U0001f600", "\uffff", ""],
+    # every key begins alike, one is that beginning alone, and some differ only past 8 more bytes
+    ["https://example.com/bits/" + tail for tail in ("", "10", "9", "100000000a", "100000000", "100000000\0",
+                                                     "0", "\u00e9t\u00e9", "12345678z", "12345678y")],
+], ids=["mixed", "shared beginning"])
+def test_keys_sort_by_all_their_bytes(way: str, strings: list[str]) -> None:
     numbered = Numbering()
     numbered.number_strings(strings)
     data, offsets, _ = numbered.sorted_keys()

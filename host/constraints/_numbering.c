@@ -257,14 +257,16 @@ static PyObject *number_strings(Numbering *self, PyObject *strings) {
     return numbers_as_bytes(numbers, count);
 }
 
-/* A key to sort: its first 8 bytes as a big-endian number (zero-padded), which orders most keys
-   without reading the arena, and its number. */
+/* A key to sort: its 8 bytes after the beginning all keys share (`shared`: "https://site/" for a
+   field of URLs) as a big-endian number (zero-padded), which orders most keys without reading the
+   arena, and its number. */
 typedef struct {
     uint64_t prefix;
     int64_t number;
 } SortKey;
 
 static const Numbering *sorting; /* qsort has no context argument; the GIL is held throughout */
+static Py_ssize_t shared;        /* bytes every key begins with */
 
 static int compare_keys(const void *left, const void *right) {
     const SortKey *a = left, *b = right;
@@ -272,9 +274,10 @@ static int compare_keys(const void *left, const void *right) {
         return a->prefix < b->prefix ? -1 : 1;
     Py_ssize_t a_start = sorting->starts[a->number], a_length = sorting->starts[a->number + 1] - a_start;
     Py_ssize_t b_start = sorting->starts[b->number], b_length = sorting->starts[b->number + 1] - b_start;
-    Py_ssize_t shorter = a_length < b_length ? a_length : b_length;
-    if (shorter > 8) { /* the first 8 bytes are the same */
-        int order = memcmp(sorting->arena + a_start + 8, sorting->arena + b_start + 8, (size_t)(shorter - 8));
+    Py_ssize_t shorter = a_length < b_length ? a_length : b_length, known = shared + 8; /* the same so far */
+    if (shorter > known) {
+        int order = memcmp(sorting->arena + a_start + known, sorting->arena + b_start + known,
+                           (size_t)(shorter - known));
         if (order)
             return order;
     }
@@ -304,12 +307,20 @@ static PyObject *sorted_keys(Numbering *self, PyObject *skip_object) {
     SortKey *order = PyMem_Malloc((size_t)(count + 1) * sizeof(SortKey));
     if (!order)
         return PyErr_NoMemory();
+    Py_ssize_t common = count ? self->starts[1] : 0; /* the beginning every key shares with key 0 */
+    for (Py_ssize_t number = 1; number < count && common > 0; number++) {
+        Py_ssize_t start = self->starts[number], length = self->starts[number + 1] - start, same = 0;
+        while (same < common && same < length && self->arena[start + same] == self->arena[same])
+            same++;
+        common = same;
+    }
     for (Py_ssize_t number = 0; number < count; number++) {
-        Py_ssize_t start = self->starts[number];
+        Py_ssize_t start = self->starts[number] + common;
         order[number].prefix = prefix_of(self->arena + start, self->starts[number + 1] - start);
         order[number].number = number;
     }
     sorting = self;
+    shared = common;
     qsort(order, (size_t)count, sizeof(SortKey), compare_keys);
     sorting = NULL;
     Py_ssize_t first = skip_first ? 1 : 0;
