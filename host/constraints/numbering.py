@@ -7,9 +7,12 @@ was installed with a C compiler) splits ASCII text into words itself and keeps t
 as bytes in a hash table of its own, several times faster and a fraction of the memory. Without
 it, `Numbering` does the same with a dict. Either way the text index built is the same, byte for
 byte: the numbers given depend only on the order of first sight, and the keys come back sorted
-by their UTF-8 bytes, which is the order of their code points (str's order).
+by their UTF-8 bytes, which is the order of their code points (str's order). The extension also
+groups a finished index's positions by word in one counting pass (`positions_by_word`, used by
+text_index.py's `WordIndexBuilder.finish`), where numpy sorts 8-byte keys.
 
-Callers read `compiled` when a `Numbering` is made, so tests run both ways.
+Callers read `compiled` when a `Numbering` is made (the text index, when it prepares and finishes),
+so tests run both ways.
 """
 
 from __future__ import annotations
