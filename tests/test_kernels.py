@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import msgpack
 import numpy as np
 import pytest
 from compiled_or_not import compiled_or_not
@@ -12,11 +13,12 @@ from librarian import brute_force_ranking
 from test_clusters import NOBODY, blobs, compile_file, library_file
 
 from host.catalog.model_index import ModelIndex
+from host.library.format import BitBlock
 from host.search import budget, cluster_scan
 from host.search.engine import Search, rank
 from host.store import kernels
 from host.store.codes import CodedQuery, code_scale, encode
-from host.store.writer import RowFile, copy_ranges, read_ranges
+from host.store.writer import RowFile, copy_ranges, pack_records, read_ranges
 
 IN_CI = os.environ.get("CI") == "true"
 needs_kernels = pytest.mark.skipif(not kernels.BUILT and not IN_CI, reason="host/store/_kernels.c was not built here")
@@ -271,3 +273,35 @@ def test_ranges_that_do_not_fill_out_exactly_are_refused_before_anything_is_read
     for starts, lengths, size in (([0, 5], [3, 3], 5), ([98], [3], 3), ([-1], [1], 1), ([0], [-1], 0)):
         with pytest.raises(ValueError, match="do not fill out exactly"):
             compiled.copy_ranges(source, np.array(starts, np.int64), np.array(lengths, np.int64), memoryview(bytearray(size)))
+
+
+def block_of(texts: list[str], infos: list[dict[str, str | None]]) -> BitBlock:
+    count = len(texts)
+    return BitBlock(np.zeros((count, 2), np.float32), [1] * count, [bytes(32)] * count, texts, infos, [None] * count)
+
+
+def test_records_are_packed_as_msgpack_packs_them_without_the_absent_fields(either_way: None) -> None:
+    """Every size of msgpack header: strings of 31/32, 255/256 and 65535/65536 bytes, maps of 15/16
+    and 65536 fields; UTF-8 of any width; a None value (an absent field) left out."""
+    texts, infos = [], []
+    for size in [0, 1, 31, 32, 255, 256, 65_535, 65_536]:
+        texts.append("é" * (size // 2) + "a" * (size % 2))  # `size` bytes of UTF-8
+        infos.append({"url": "u" * size, "title": None, "€": "😀" * (size // 4)})
+    texts += ["", "fields", "many"]
+    infos += [{}, {f"k{number}": f"v{number}" for number in range(16)}, {f"k{number}": "" for number in range(65_536)}]
+    infos[-2]["k3"] = None  # 15 fields left
+
+    records, lengths = pack_records(block_of(texts, infos))
+
+    expected = [msgpack.packb({"text": text, "info": {key: value for key, value in info.items() if value is not None}})
+                for text, info in zip(texts, infos, strict=True)]
+    assert records == b"".join(expected)
+    assert lengths.tolist() == [len(packed) for packed in expected]
+    nothing, no_lengths = pack_records(block_of([], []))
+    assert nothing == b"" and no_lengths.tolist() == []
+
+
+def test_a_record_that_cannot_be_utf8_is_refused_either_way(either_way: None) -> None:
+    for text, info in [("lone \ud800", {"url": "u"}), ("t", {"url": "\udfff"}), ("t", {"\ud800": "v"})]:
+        with pytest.raises(UnicodeEncodeError):
+            pack_records(block_of(["fine", text], [{"url": "u"}, info]))

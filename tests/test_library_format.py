@@ -6,19 +6,18 @@ check the wording a publisher would read, not just that something was refused.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import numpy as np
 import pytest
 from librarian import TEST_MODEL, b64, make_bit, make_library, unit_vectors
 
+from host.library.canonical import canonical_id
 from host.library.format import (
     ADA_002,
     LibraryFormatError,
     Omit,
     ParsedLibrary,
-    canonical_id,
     decode_embedding,
     parse_library,
     parse_omit,
@@ -344,15 +343,6 @@ def test_version_0_bits_are_validated_like_version_1_bits():
 
 
 # ---- identity and duplicates ----------------------------------------------------------------
-
-
-def test_canonical_id_is_sha256_of_stripped_url_newline_stripped_text():
-    expected = hashlib.sha256(b"https://a.example/x\nSome text.").hexdigest()
-    assert canonical_id("  https://a.example/x\n", "\tSome text.  ") == expected
-
-
-def test_canonical_id_hashes_utf8():
-    assert canonical_id("u", "café") == hashlib.sha256("u\ncafé".encode()).hexdigest()
 
 
 def test_parsed_ids_are_canonical_whatever_id_the_file_gives():

@@ -39,7 +39,8 @@ from access.tokens import issue_token
 from host.catalog.generations import load_catalog
 from host.embedders.openai_http import OpenAIEmbedder
 from host.embedders.service import Embedders
-from host.library.format import canonical_id, decode_embedding
+from host.library.canonical import canonical_id
+from host.library.format import decode_embedding
 from host.service.settings import Settings
 from host.web.app import create_app
 from host.web.middleware.security_headers import CONTENT_SECURITY_POLICY

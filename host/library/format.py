@@ -7,7 +7,6 @@ field, so a publisher can fix a file without reading our code.
 from __future__ import annotations
 
 import binascii
-import hashlib
 import json
 import sys
 from collections.abc import Sequence
@@ -17,6 +16,8 @@ from typing import Any, NamedTuple, Protocol, cast
 import msgspec
 import numpy as np
 import pybase64
+
+from host.library.canonical import canonical_digest, canonical_digests
 
 FORMAT_VERSION = 1
 MAX_TOKEN_COUNT = 2**31 - 1  # the compiled form holds token counts as int32
@@ -104,11 +105,6 @@ def parse_omit(value: Any) -> Omit:
                 f"omit: unknown key {part!r:.40}; expected one of {', '.join(OMITTABLE_KEYS)}, '' or '*'"
             )
     return Omit(keys=frozenset(parts))
-
-
-def canonical_id(url: str, text: str) -> str:
-    """Hex SHA-256 of `url.strip() + "\\n" + text.strip()`: the same passage is the same bit."""
-    return hashlib.sha256(f"{url.strip()}\n{text.strip()}".encode()).hexdigest()
 
 
 def decode_embedding(encoded: Any) -> np.ndarray:
@@ -205,11 +201,19 @@ class BitBlock:
     vectors: np.ndarray  # (bits, dimension) float32
     token_counts: list[int]
     ids: list[bytes]  # raw SHA-256 canonical ids
-    records: list[dict[str, Any]]  # {"text": ..., "info": {...}}
+    texts: list[str]
+    infos: list[dict[str, str | None]]  # a None value is a field the bit does not have
     tags: list[str | None]
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """Each bit's record, {"text": ..., "info": {...}} (the store packs them from the columns)."""
+        return [{"text": text, "info": info if None not in info.values() else
+                 {key: value for key, value in info.items() if value is not None}}
+                for text, info in zip(self.texts, self.infos, strict=True)]
 
 
 class BitSink(Protocol):
@@ -294,21 +298,18 @@ class BitChecker:
             return None
         texts = [bit.text for bit in bits]
         try:
-            ids = [canonical_digest(url, text) for url, text in zip(present, texts)]
+            ids = canonical_digests(present, texts)
             matrix = self._decoded_matrix([bit.embedding for bit in bits])
         except (binascii.Error, ValueError):  # bad base64, or text that is not UTF-8 (a lone surrogate)
             return None
         if matrix is None:
             return None
-        records = [{"text": text, "info": info if None not in info.values() else
-                    {key: value for key, value in info.items() if value is not None}}
-                   for text, info in zip(texts, infos)]
         self.read += len(bits)
         kept = self._new(ids, tags)
         if len(kept) == len(bits):
-            return BitBlock(matrix, counts, ids, records, tags)
+            return BitBlock(matrix, counts, ids, texts, infos, tags)
         return BitBlock(matrix[kept], [counts[row] for row in kept], [ids[row] for row in kept],
-                        [records[row] for row in kept], [tags[row] for row in kept])
+                        [texts[row] for row in kept], [infos[row] for row in kept], [tags[row] for row in kept])
 
     def _new(self, ids: list[bytes], tags: list[str | None]) -> list[int]:
         """Which of these bits are first copies (of their id and tag), remembering them.
@@ -355,9 +356,7 @@ class BitChecker:
             except (binascii.Error, ValueError):  # bad base64, or text that is not UTF-8 (a lone surrogate)
                 return None
             vectors.append(raw)
-            if None in info.values():
-                info = {key: value for key, value in info.items() if value is not None}
-            checked.append(_Bit(None, token_count, bit_id, {"text": text, "info": info}, tag))
+            checked.append(_Bit(None, token_count, bit_id, text, info, tag))
         matrix = self._matrix(vectors)
         if matrix is None:
             return None
@@ -429,8 +428,9 @@ class BitChecker:
             whole = False
         if not whole or info is None or vector is None:
             return None
-        assert isinstance(text, str) and isinstance(token_count, int)  # checked above; tells the type checker
-        return _Bit(vector, int(token_count), canonical_digest(info["url"], text), {"text": text, "info": info}, tag)
+        url = info["url"]
+        assert isinstance(text, str) and isinstance(token_count, int) and isinstance(url, str)  # checked above
+        return _Bit(vector, int(token_count), canonical_digest(url, text), text, info, tag)
 
     def _keep(self, bits: Sequence[_Bit | None]) -> BitBlock:
         whole = [bit for bit in bits if bit is not None]
@@ -439,14 +439,15 @@ class BitChecker:
         for row, bit in enumerate(kept):
             vectors[row] = bit.vector
         return BitBlock(vectors, [bit.token_count for bit in kept], [bit.id for bit in kept],
-                        [bit.record for bit in kept], [bit.tag for bit in kept])
+                        [bit.text for bit in kept], [bit.info for bit in kept], [bit.tag for bit in kept])
 
 
 class _Bit(NamedTuple):
     vector: np.ndarray | None
     token_count: int
     id: bytes
-    record: dict[str, Any]
+    text: str
+    info: dict[str, str | None]
     tag: str | None
 
 
@@ -474,11 +475,6 @@ class _Collector:
             sort=header.sort,
             duplicates_dropped=header.duplicates_dropped,
         )
-
-
-def canonical_digest(url: str, text: str) -> bytes:
-    """`canonical_id` as its 32 raw bytes."""
-    return hashlib.sha256(f"{url.strip()}\n{text.strip()}".encode()).digest()
 
 
 def parse_library(data: Any, *, access_tag: str | None = None, consume: bool = False) -> ParsedLibrary:
@@ -597,7 +593,7 @@ def _parse_embedding(
     return vector
 
 
-def _parse_info(info: Any, where: str, problems: Problems) -> dict[str, str] | None:
+def _parse_info(info: Any, where: str, problems: Problems) -> dict[str, str | None] | None:
     """`url` is required; other keys (image_url, title, description, ...) are optional strings."""
     if not isinstance(info, dict):
         problems.report(f"{where}.info: must be an object with a url, got {info!r:.40}")

@@ -503,8 +503,132 @@ static PyObject *copy_ranges(PyObject *module, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* ---- records.bin: each record {"text": text, "info": info} in msgpack, the None values of info left out ---- */
+
+/* The size of a msgpack str (or map) header for `size` bytes (or entries), as msgspec writes it. */
+static Py_ssize_t str_header_size(Py_ssize_t size) { return size < 32 ? 1 : size < 256 ? 2 : size < 65536 ? 3 : 5; }
+static Py_ssize_t map_header_size(Py_ssize_t size) { return size < 16 ? 1 : size < 65536 ? 3 : 5; }
+
+static char *put_big_endian(char *out, uint64_t value, int bytes) {
+    for (int i = bytes - 1; i >= 0; i--)
+        *out++ = (char)(value >> (8 * i));
+    return out;
+}
+
+static char *put_str(char *out, const char *data, Py_ssize_t size) {
+    if (size < 32)
+        *out++ = (char)(0xa0 | size);
+    else if (size < 256)
+        *out++ = (char)0xd9, out = put_big_endian(out, (uint64_t)size, 1);
+    else if (size < 65536)
+        *out++ = (char)0xda, out = put_big_endian(out, (uint64_t)size, 2);
+    else
+        *out++ = (char)0xdb, out = put_big_endian(out, (uint64_t)size, 4);
+    memcpy(out, data, (size_t)size);
+    return out + size;
+}
+
+static char *put_map_header(char *out, Py_ssize_t entries) {
+    if (entries < 16)
+        *out++ = (char)(0x80 | entries);
+    else if (entries < 65536)
+        *out++ = (char)0xde, out = put_big_endian(out, (uint64_t)entries, 2);
+    else
+        *out++ = (char)0xdf, out = put_big_endian(out, (uint64_t)entries, 4);
+    return out;
+}
+
+/* The UTF-8 of a str (Python keeps it with the str once asked; an ASCII str is its own), or NULL
+   with an exception (not a str; a lone surrogate: UnicodeEncodeError, as msgspec raises). */
+static const char *utf8_of(PyObject *string, Py_ssize_t *size) {
+    if (!PyUnicode_Check(string)) {
+        PyErr_Format(PyExc_TypeError, "a record holds strings, got %.80s", Py_TYPE(string)->tp_name);
+        return NULL;
+    }
+    return PyUnicode_AsUTF8AndSize(string, size);
+}
+
+/* The packed size of one record (and of its entries when `out` is not NULL: then written there). */
+static Py_ssize_t pack_record(PyObject *text, PyObject *info, char *out) {
+    if (!PyDict_Check(info)) {
+        PyErr_Format(PyExc_TypeError, "a record's info is a dict, got %.80s", Py_TYPE(info)->tp_name);
+        return -1;
+    }
+    Py_ssize_t text_size, entries = 0, place = 0, size;
+    const char *text_data = utf8_of(text, &text_size);
+    if (text_data == NULL)
+        return -1;
+    PyObject *key, *value;
+    Py_ssize_t info_size = 0;
+    while (PyDict_Next(info, &place, &key, &value)) {
+        if (value == Py_None)
+            continue;
+        Py_ssize_t key_size, value_size;
+        if (utf8_of(key, &key_size) == NULL || utf8_of(value, &value_size) == NULL)
+            return -1;
+        entries++;
+        info_size += str_header_size(key_size) + key_size + str_header_size(value_size) + value_size;
+    }
+    size = 1 + 5 + str_header_size(text_size) + text_size + 5 + map_header_size(entries) + info_size;
+    if (out == NULL)
+        return size;
+    *out++ = (char)0x82;
+    out = put_str(out, "text", 4);
+    out = put_str(out, text_data, text_size);
+    out = put_str(out, "info", 4);
+    out = put_map_header(out, entries);
+    for (place = 0; PyDict_Next(info, &place, &key, &value);) {
+        if (value == Py_None)
+            continue;
+        Py_ssize_t key_size, value_size;
+        const char *key_data = PyUnicode_AsUTF8AndSize(key, &key_size);  /* known good: sized above */
+        const char *value_data = PyUnicode_AsUTF8AndSize(value, &value_size);
+        out = put_str(out, key_data, key_size);
+        out = put_str(out, value_data, value_size);
+    }
+    return size;
+}
+
+PyDoc_STRVAR(pack_records_doc,
+"pack_records(texts, infos) -> (records, lengths)\n\n"
+"Each record {\"text\": texts[i], \"info\": infos[i]} packed as msgspec's msgpack encoder packs it, with\n"
+"the None values of info left out: `records` the packed records back to back (bytes), `lengths`\n"
+"each one's size (bytes of int64).");
+
+static PyObject *pack_records(PyObject *module, PyObject *args) {
+    PyObject *texts, *infos;
+    if (!PyArg_ParseTuple(args, "O!O!:pack_records", &PyList_Type, &texts, &PyList_Type, &infos))
+        return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(texts);
+    if (PyList_GET_SIZE(infos) != count)
+        return PyErr_Format(PyExc_ValueError, "%zd texts and %zd infos", count, PyList_GET_SIZE(infos));
+    PyObject *lengths = PyBytes_FromStringAndSize(NULL, 8 * count);
+    if (lengths == NULL)
+        return NULL;
+    int64_t *length = (int64_t *)PyBytes_AS_STRING(lengths);
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        length[i] = pack_record(PyList_GET_ITEM(texts, i), PyList_GET_ITEM(infos, i), NULL);
+        if (length[i] < 0) {
+            Py_DECREF(lengths);
+            return NULL;
+        }
+        total += length[i];
+    }
+    PyObject *records = PyBytes_FromStringAndSize(NULL, total);
+    if (records == NULL) {
+        Py_DECREF(lengths);
+        return NULL;
+    }
+    char *out = PyBytes_AS_STRING(records);
+    for (Py_ssize_t i = 0; i < count; i++)  /* the dicts are as sized: nothing runs Python between */
+        out += pack_record(PyList_GET_ITEM(texts, i), PyList_GET_ITEM(infos, i), out);
+    return Py_BuildValue("(NN)", records, lengths);
+}
+
 static PyMethodDef methods[] = {
     {"copy_ranges", copy_ranges, METH_VARARGS, copy_ranges_doc},
+    {"pack_records", pack_records, METH_VARARGS, pack_records_doc},
     {"read_ranges", read_ranges, METH_VARARGS, read_ranges_doc},
     {"encode_codes", encode_codes, METH_VARARGS, encode_codes_doc},
     {"highest_first", highest_first, METH_VARARGS, highest_first_doc},

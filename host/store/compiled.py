@@ -184,9 +184,11 @@ def write_compiled(library: ParsedLibrary, folder: Path, source_key: SourceKey, 
         try:
             for start in range(0, len(library.ids), BLOCK):
                 stop = start + BLOCK
+                records = library.records[start:stop]
                 writer.add(BitBlock(library.embeddings[start:stop], library.token_counts[start:stop].tolist(),
                                     [bytes.fromhex(bit_id) for bit_id in library.ids[start:stop]],
-                                    library.records[start:stop], library.access_tags[start:stop]))
+                                    [record["text"] for record in records], [record["info"] for record in records],
+                                    library.access_tags[start:stop]))
             header = LibraryHeader(library.embedding_model, library.details, library.sort, library.dimension,
                                    len(library.ids) + library.duplicates_dropped, library.duplicates_dropped)
             writer.finish(header, source_key.__dict__, name, cluster_from=cluster_from)

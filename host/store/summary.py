@@ -34,9 +34,10 @@ class RunningSummary:
         self._public = {column: hashlib.sha256() for column in COLUMNS}
 
     def take(self, vectors: np.ndarray, ids: list[bytes], token_counts: list[int], tags: list[str | None],
-             packed: list[bytes], records: bytes) -> None:
+             lengths: np.ndarray, records: bytes) -> None:
         """The next block: its vectors (float32, rows x dimension), and per bit its 32-byte id, token
-        count, access tag (None: public) and packed record (`records`: the records joined)."""
+        count, access tag (None: public) and packed record's size (`lengths`, int64; `records`: the
+        packed records back to back)."""
         self.signs.append(pack_signs(vectors))
         self.largest_norm = max(self.largest_norm, largest_norm(vectors))
         low, high = vectors.min(axis=0), vectors.max(axis=0)
@@ -47,12 +48,15 @@ class RunningSummary:
             return
         every = len(public) == len(tags)
         column = self._public
-        kept = packed if every else [packed[row] for row in public]
         column["ids"].update(b"".join(ids) if every else b"".join([ids[row] for row in public]))
         column["token_counts"].update(np.asarray(token_counts if every else [token_counts[row] for row in public], "<i8").data)
         column["vectors"].update((vectors if every else vectors[public]).data)
-        column["record_lengths"].update(np.fromiter(map(len, kept), "<i8").data)
-        column["records"].update(records if every else b"".join(kept))
+        column["record_lengths"].update(np.ascontiguousarray(lengths if every else lengths[public], "<i8").data)
+        if every:
+            column["records"].update(records)
+        else:
+            ends = np.cumsum(lengths).tolist()
+            column["records"].update(b"".join([records[ends[row] - int(lengths[row]) : ends[row]] for row in public]))
 
     def sign_codes(self, dimension: int) -> np.ndarray:
         signs = np.concatenate(self.signs) if self.signs else np.zeros((0, words_for(dimension)), dtype="<u8")

@@ -97,12 +97,11 @@ class StoreWriter:
             return
         vectors = np.ascontiguousarray(block.vectors, dtype="<f4")
         self.dimension = vectors.shape[1]
-        packed = list(map(_pack, block.records))
-        records = b"".join(packed)
+        records, lengths = pack_records(block)
         self._records.write(records)
         self._records.flush()  # the text index's process reads what is written
         self._records_size += len(records)
-        self._record_lengths.extend(map(len, packed))
+        self._record_lengths.frombytes(lengths.tobytes())
         self._text.records_written(self._records_size)
         self._token_counts.extend(block.token_counts)
         tags = self._tags
@@ -112,7 +111,7 @@ class StoreWriter:
         writing, summing = self._beside_threads
         self._beside_pending.append(writing.submit(self._write_vectors, vectors))
         self._beside_pending.append(summing.submit(self._summary.take, vectors, block.ids, block.token_counts,
-                                                   block.tags, packed, records))
+                                                   block.tags, lengths, records))
         self.rows += len(block)
 
     def _write_vectors(self, vectors: np.ndarray) -> None:
@@ -258,6 +257,16 @@ class _Background:
 
 
 _pack = msgspec.msgpack.Encoder().encode  # the bytes msgpack.packb gives a record (tested), ~3x faster
+
+
+def pack_records(block: BitBlock) -> tuple[bytes, np.ndarray]:
+    """The block's records packed (msgpack) back to back, and each one's size (int64): in one C
+    call where the compiled loops were built (a dict and an encoder call a bit cost ~1 µs)."""
+    if kernels.compiled is not None:
+        records, lengths = kernels.compiled.pack_records(block.texts, block.infos)
+        return records, np.frombuffer(lengths, dtype=np.int64)
+    packed = list(map(_pack, block.records))
+    return b"".join(packed), np.fromiter(map(len, packed), dtype=np.int64, count=len(packed))
 
 
 class RowFile:
