@@ -293,7 +293,7 @@ class BitChecker:
         urls = [info.get("url") for info in infos]
         if None in urls or min(counts) < 0 or max(counts) > MAX_TOKEN_COUNT or "" in tags:
             return None
-        present = [url for url in urls if url is not None]  # every one (None is refused above)
+        present = cast("list[str]", urls)  # None is refused above
         if "" in [url.strip() for url in present]:
             return None
         texts = [bit.text for bit in bits]
@@ -317,7 +317,8 @@ class BitChecker:
         One copy per tag: which copy a caller gets is decided per caller (ModelIndex), so a private
         copy listed first never hides a public one."""
         seen = self._seen
-        keys = [bit_id if tag is None else bit_id + tag.encode() for bit_id, tag in zip(ids, tags, strict=True)]
+        keys = (ids if tags.count(None) == len(tags) else
+                [bit_id if tag is None else bit_id + tag.encode() for bit_id, tag in zip(ids, tags, strict=True)])
         fresh = set(keys)
         if len(fresh) == len(keys) and seen.isdisjoint(fresh):  # the usual block: no copy at all
             seen |= fresh
@@ -393,8 +394,8 @@ class BitChecker:
 
     def _checked(self, raw: bytes, rows: int, dimension: int) -> np.ndarray | None:
         matrix = np.frombuffer(raw, dtype="<f4").reshape(rows, dimension)
-        # max(|x|) <= limit is False for NaN, and infinities exceed the limit: one pass checks both.
-        if rows and not float(np.abs(matrix).max()) <= MAX_EMBEDDING_MAGNITUDE:
+        # max and min carry a NaN through and fail the comparisons; infinities exceed the limit.
+        if rows and not (float(matrix.max()) <= MAX_EMBEDDING_MAGNITUDE and float(matrix.min()) >= -MAX_EMBEDDING_MAGNITUDE):
             return None
         self.dimension = dimension
         return matrix
