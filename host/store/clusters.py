@@ -28,7 +28,8 @@ from threadpoolctl import threadpool_limits
 
 CLUSTER_FROM = 10_000  # smaller libraries keep file order: exact search is as fast there
 SEED = 14  # the layout's k-means seed: fixed, so the same file gives the same layout
-ITERATIONS = 10  # k-means rounds; more moved recall@10 by < 0.001 on scripts/bench.py's libraries
+ITERATIONS = 10  # k-means rounds at most; more moved recall@10 by < 0.001 on scripts/bench.py's libraries
+SETTLED = 1 / 1000  # ...and fewer once a round moves fewer than this share of the sample's rows
 SAMPLE_PER_CLUSTER = 32  # training rows per centroid
 CLUSTERS_PER_SQRT = 1.0  # clusters = sqrt(bits): the centroid scan and one cluster's slice cost alike
 ASSIGN_BLOCK = 4096  # rows assigned at a time: the block and its (rows x clusters) scores stay small
@@ -96,13 +97,18 @@ def train_centroids(sample: np.ndarray, count: int, rng: np.random.Generator, th
 
     A centroid left with no rows takes half of the largest cluster (faiss's rule: the two move
     apart by a small perturbation), so that clusters stay of similar sizes and a probe reads about
-    as many rows as any other.
+    as many rows as any other. Rounds stop early once the rows have settled (a round moving fewer
+    than SETTLED of them): where none moves, the centroids would not move either.
     """
     centroids = _unit(sample[np.sort(rng.choice(len(sample), count, replace=False))].astype(np.float64))
     labels = np.empty(len(sample), dtype=np.int64)
+    previous: np.ndarray | None = None
     for _ in range(ITERATIONS):
         with threadpool_limits(limits=blas_threads(threads), user_api="blas"):
             nearest_centroids(sample, centroids, out=labels)
+        if previous is not None and np.count_nonzero(labels != previous) < SETTLED * len(sample):
+            break
+        previous = labels.copy()
         sizes = np.bincount(labels, minlength=count)
         by_cluster = sample[np.argsort(labels, kind="stable")]
         bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
