@@ -24,6 +24,7 @@ from host.results.answers import build_result
 from host.results.published import publish_library
 from host.search.engine import EXACT, Search, rank
 from host.search.query import SearchPolicy
+from host.store import clusters
 from host.store.clusters import CLUSTER_FROM, plan_layout
 from host.store.compiled import CompiledLibrary, SourceKey, StoreError, file_sha256, open_compiled, write_compiled
 from host.web.responses import render_json
@@ -281,3 +282,27 @@ def test_auto_search_reads_clusters_from_the_size_at_which_libraries_are_cluster
     assert not policy.for_bits(CLUSTER_FROM - 1).approximate
     assert policy.for_bits(CLUSTER_FROM).approximate
     assert not SearchPolicy(mode="exact").for_bits(10 * CLUSTER_FROM).approximate
+
+
+def test_k_means_stops_once_a_round_moves_fewer_rows_than_settled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On these blobs a few rows still change cluster at every round (centroids that share a blob
+    trade its rows slowly): k-means stops once a round moves fewer than SETTLED of the sample's
+    rows, and runs every round while more move."""
+    rounds: list[int] = []
+    nearest = clusters.nearest_centroids
+    monkeypatch.setattr(clusters, "nearest_centroids", lambda *args, **kwargs: rounds.append(1) or nearest(*args, **kwargs))
+    sample = blobs(3_000, seed=4, centres=6)
+
+    def trained(settled: float) -> tuple[np.ndarray, int]:
+        monkeypatch.setattr(clusters, "SETTLED", settled)
+        rounds.clear()
+        return clusters.train_centroids(sample, 6, np.random.default_rng(clusters.SEED)), len(rounds)
+
+    _, every_round = trained(1e-9)  # only a round that moves no row would end it
+    centroids, settled_rounds = trained(0.01)
+    assert every_round == clusters.ITERATIONS
+    assert settled_rounds < clusters.ITERATIONS
+
+    labels = nearest(sample, centroids)  # one more round moves fewer than 1% of the rows too
+    means = np.array([sample[labels == cluster].sum(axis=0) for cluster in range(6)])
+    assert np.mean(nearest(sample, means / np.linalg.norm(means, axis=1, keepdims=True)) != labels) < 0.01
