@@ -33,30 +33,35 @@ class RunningSummary:
         self.high: np.ndarray | None = None
         self._public = {column: hashlib.sha256() for column in COLUMNS}
 
-    def take(self, vectors: np.ndarray, ids: list[bytes], token_counts: list[int], tags: list[str | None],
+    def take(self, vectors: np.ndarray, ids: list[bytes], token_counts: list[int], public: list[int] | None,
              lengths: np.ndarray, records: bytes) -> None:
-        """The next block: its vectors (float32, rows x dimension), and per bit its 32-byte id, token
-        count, access tag (None: public) and packed record's size (`lengths`, int64; `records`: the
-        packed records back to back)."""
+        """The next block but the digest of its vectors (`take_vectors`): its vectors (float32, rows x
+        dimension), and per bit its 32-byte id, token count and packed record's size (`lengths`,
+        int64; `records`: the packed records back to back); `public`: the rows of public bits
+        (`public_rows`)."""
         self.signs.append(pack_signs(vectors))
         self.largest_norm = max(self.largest_norm, largest_norm(vectors))
         low, high = vectors.min(axis=0), vectors.max(axis=0)
         self.low = low if self.low is None else np.minimum(self.low, low)
         self.high = high if self.high is None else np.maximum(self.high, high)
-        public = [row for row, tag in enumerate(tags) if not tag]
-        if not public:
-            return
-        every = len(public) == len(tags)
         column = self._public
-        column["ids"].update(b"".join(ids) if every else b"".join([ids[row] for row in public]))
-        column["token_counts"].update(np.asarray(token_counts if every else [token_counts[row] for row in public], "<i8").data)
-        column["vectors"].update((vectors if every else vectors[public]).data)
-        column["record_lengths"].update(np.ascontiguousarray(lengths if every else lengths[public], "<i8").data)
-        if every:
+        if public is None:
+            column["ids"].update(b"".join(ids))
+            column["token_counts"].update(np.asarray(token_counts, "<i8").data)
+            column["record_lengths"].update(np.ascontiguousarray(lengths, "<i8").data)
             column["records"].update(records)
-        else:
+        elif public:
+            column["ids"].update(b"".join([ids[row] for row in public]))
+            column["token_counts"].update(np.asarray([token_counts[row] for row in public], "<i8").data)
+            column["record_lengths"].update(np.ascontiguousarray(lengths[public], "<i8").data)
             ends = np.cumsum(lengths).tolist()
             column["records"].update(b"".join([records[ends[row] - int(lengths[row]) : ends[row]] for row in public]))
+
+    def take_vectors(self, vectors: np.ndarray, public: list[int] | None) -> None:
+        """The next block's share of the public digest that is its vectors: a third of the summary's
+        work, which StoreWriter runs on a thread of its own, in block order as `take`."""
+        if public is None or public:
+            self._public["vectors"].update((vectors if public is None else vectors[public]).data)
 
     def sign_codes(self, dimension: int) -> np.ndarray:
         signs = np.concatenate(self.signs) if self.signs else np.zeros((0, words_for(dimension)), dtype="<u8")
@@ -80,3 +85,10 @@ def largest_norm(vectors: np.ndarray) -> float:
     near = np.flatnonzero(squares >= squares.max() * (1 - 1e-4))
     rows64 = vectors[near].astype(np.float64)
     return float(np.sqrt(np.einsum("ij,ij->i", rows64, rows64).max()))
+
+
+def public_rows(tags: list[str | None]) -> list[int] | None:
+    """The rows of public bits (no access tag) among `tags`; None where every bit is public."""
+    if tags.count(None) == len(tags):
+        return None
+    return [row for row, tag in enumerate(tags) if not tag]

@@ -52,7 +52,7 @@ from host.service.allocator import release_free_memory
 from host.store import kernels
 from host.store.clusters import CLUSTER_FROM, Layout, plan_layout
 from host.store.codes import code_scale, encode
-from host.store.summary import RunningSummary
+from host.store.summary import RunningSummary, public_rows
 from host.store.text_process import TextIndexer
 
 STORE_FORMAT = 8  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json; 6: clustered layout; 7: this writer, codes;
@@ -109,13 +109,15 @@ class StoreWriter:
         self._ids += b"".join(block.ids)
         self._beside(2 * (BESIDE_BLOCKS - 1))
         writing, summing = self._beside_threads
-        self._beside_pending.append(writing.submit(self._write_vectors, vectors))
+        public = public_rows(block.tags)
+        self._beside_pending.append(writing.submit(self._write_vectors, vectors, public))
         self._beside_pending.append(summing.submit(self._summary.take, vectors, block.ids, block.token_counts,
-                                                   block.tags, lengths, records))
+                                                   public, lengths, records))
         self.rows += len(block)
 
-    def _write_vectors(self, vectors: np.ndarray) -> None:
+    def _write_vectors(self, vectors: np.ndarray, public: list[int] | None) -> None:
         self._vectors.write(vectors.data)
+        self._summary.take_vectors(vectors, public)
 
     def _beside(self, left: int = 0) -> None:
         """Wait until at most `left` jobs (two a block) are still to be done beside (raising what one
