@@ -165,8 +165,11 @@ class WordIndexBuilder:
     def add(self, texts: Sequence[str]) -> None:
         """The next rows' texts. A chunk is numbered in one call over its joined text: calls per
         text cost more than the splitting itself."""
+        if not any(texts):  # a field the rows do not have (an absent info field): rows of no word
+            self.lengths.append(np.zeros(len(texts), dtype=np.int64))
+            return
         joined = ROW_BREAK.join(texts)
-        if not texts or joined.count(ROW_BREAK) != len(texts) - 1:  # a text with a NUL in it: text by text
+        if joined.count(ROW_BREAK) != len(texts) - 1:  # a text with a NUL in it: text by text
             for text in texts:
                 self._add_numbers(self.numbering.number_strings([*words(text), ROW_BREAK]))
         elif joined.isascii():
@@ -306,6 +309,9 @@ class ValueIndexBuilder:
         self._prepared: dict[str, np.ndarray] | None = None
 
     def add(self, values: Sequence[str]) -> None:
+        if values and not any(values):  # a field the rows do not have: one value, ""
+            self.numbers.append(np.full(len(values), self.numbering.number_strings([""])[0], dtype=np.int32))
+            return
         joined = ROW_BREAK.join(values)
         if joined.isascii() and joined.count(ROW_BREAK) == len(values) - 1 and values:
             folded = joined.lower().split(ROW_BREAK)  # fold() of ASCII text is lower()
