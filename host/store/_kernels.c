@@ -3,7 +3,8 @@
    within a margin of the k-th best score (`margin_candidates`) and the nearest clusters in order
    (`highest_first`). Each is one call where numpy takes several steps. For the compile: the 8-bit
    codes themselves (`encode_codes`), and scattered rows read with pread, the GIL let go of
-   (`read_ranges`: what takes Python ~6 µs a row), or copied from memory (`copy_ranges`).
+   (`read_ranges`: what takes Python ~6 µs a row), or copied from memory (`copy_ranges`), and a
+   block's records packed in msgpack at once (`pack_records`).
 
    host/store/codes.py stores each value of a clustered library as a code c (0..255); a query scores a
    row as base + sum_i w_i c_i. numpy has no fast integer matrix-vector product, so the Python path

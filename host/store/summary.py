@@ -1,9 +1,10 @@
 """What a compile learns of the bits as they pass: sign codes, the largest norm, each dimension's
 lowest and highest value (for the 8-bit codes) and the public digest.
 
-`StoreWriter` hands every block here on a thread of its own (host/store/writer.py): this work is
-numpy and hashing of large buffers, which let go of the GIL, so it runs on the second core while
-the first parses the next block of the library file.
+`StoreWriter` hands every block here beside the parse (host/store/writer.py): `take` on a thread
+of its own, `take_vectors` (the vectors' digest, a third of the work) on the thread that writes
+them. This work is numpy and hashing of large buffers, which let go of the GIL, so it runs on the
+second core while the first parses the next block of the library file.
 
 The public digest is taken column by column over the public bits in file order (their ids, token
 counts, vectors, record lengths and records, each column a SHA-256 of its own, joined at the end):
