@@ -13,8 +13,9 @@ from librarian import TEST_MODEL, b64, unit_vectors, write_library
 
 from host.catalog.generations import load_catalog
 from host.catalog.model_index import ModelIndex
-from host.constraints import constraint_mask, model_term_similarity, parse_constraint, parse_metadata_condition
+from host.constraints import parse_constraint, parse_metadata_condition
 from host.constraints.text_index import BLOB, LAYOUT
+from host.search.model_text import constraint_mask, model_term_similarity
 from host.store.compiled import STORE_FORMAT, load_library
 
 TEXTS = [

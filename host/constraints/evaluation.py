@@ -20,8 +20,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from host.constraints.errors import ConstraintError
+from host.constraints.sorted_strings import SortedStrings
 from host.constraints.syntax import And, Compare, Everything, Node, Not, Or, Words
-from host.constraints.text_index import SortedStrings, TextIndex, ValueIndex, WordIndex, as_number
+from host.constraints.text_index import TextIndex
+from host.constraints.value_index import ValueIndex, as_number
+from host.constraints.word_index import WordIndex
 from host.constraints.words import fold, words
 
 MAX_PREFIX_TERMS = 1024  # words one prefix may stand for inside a phrase (Lucene's clause limit)

@@ -9,7 +9,7 @@ it, `Numbering` does the same with a dict. Either way the text index built is th
 byte: the numbers given depend only on the order of first sight, and the keys come back sorted
 by their UTF-8 bytes, which is the order of their code points (str's order). The extension also
 groups a finished index's positions by word in one counting pass (`positions_by_word`, used by
-text_index.py's `WordIndexBuilder.finish`), where numpy sorts 8-byte keys.
+word_index.py's `WordIndexBuilder.finish`), where numpy sorts 8-byte keys.
 
 Callers read `compiled` when a `Numbering` is made (the text index, when it prepares and finishes),
 so tests run both ways.

@@ -26,6 +26,7 @@ _ASCII_SEPARATORS = str.maketrans({chr(code): " " for code in range(128)
 INFO_FIELDS = ("title", "url", "description", "image_url")
 INDEXED_FIELDS = ("text", *INFO_FIELDS)
 LABELS = ("title", "url", "description", "image_url", "library", "text")
+ROW_BREAK = "\0"  # between two rows' texts, where they are joined: a token of its own (not a word character)
 
 
 def fold(text: str) -> str:

@@ -215,7 +215,7 @@ def rank(
     """Rank the bits `granted` may see against `query` and fill the budget.
 
     Bits the caller may not see are excluded before selection, so they never take a place,
-    a token or a tie. `constraint` (a bool mask over the rows, host.constraints.constraint_mask)
+    a token or a tie. `constraint` (a bool mask over the rows, host.search.model_text.constraint_mask)
     is ANDed with that visibility: it narrows, never widens. `similarity_threshold` ends the
     list at the first bit scoring below it, before the budget. With `count_restricted`, the
     budget is filled a second time as if every tag were granted (same constraint and threshold),

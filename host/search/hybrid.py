@@ -25,9 +25,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from host.catalog.model_index import ModelIndex
-from host.constraints import Node, model_term_similarity
+from host.constraints import Node
 from host.search.budget import best_rows, exact_scores, rounding_margin
 from host.search.engine import SUBSET_SHARE, narrowed, similarities
+from host.search.model_text import model_term_similarity
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,11 @@ import numpy as np
 from access import Grant
 from host.catalog.generations import Catalog
 from host.catalog.model_index import ModelIndex
-from host.constraints import Node, constraint_mask
+from host.constraints import Node
 from host.search.engine import OVERSAMPLE, PROBES, CountType, Search, Selection, rank
 from host.search.errors import NothingLoaded, QueryError
 from host.search.hybrid import HybridQuery, HybridSelection, rank_hybrid
+from host.search.model_text import constraint_mask
 from host.store.clusters import CLUSTER_FROM
 from host.store.kernels import BUILT as COMPILED_LOOPS
 from host.store.residency import default_populate_bytes

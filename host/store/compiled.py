@@ -57,7 +57,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from host.constraints.text_index import TextIndex, open_text_index
+from host.constraints.text_index import TextIndex, open_text_index, text_index_in_memory
 from host.library.format import BLOCK, BitBlock, LibraryFormatError, LibraryHeader, ParsedLibrary
 from host.library.stream import read_whole, stream_library
 from host.library.visibility import allowed_tag_ids
@@ -154,6 +154,13 @@ class CompiledLibrary:
     def _tag_counts(self) -> list[int]:
         return [int(count) for count in np.bincount(self.tag_ids, minlength=len(self.tags))]
 
+
+
+def text_index_of(library: CompiledLibrary) -> TextIndex:
+    """The library's text index; one made in memory without records (tests) has an empty one."""
+    if library.text_index is not None:
+        return library.text_index
+    return text_index_in_memory([{}] * library.bit_count)
 
 
 class StoreError(Exception):

@@ -31,17 +31,12 @@ from threadpoolctl import threadpool_limits
 
 from access import ANONYMOUS
 from host.catalog.model_index import ModelIndex
-from host.constraints import (
-    build_text_index,
-    constraint_mask,
-    model_term_similarity,
-    parse_constraint,
-    parse_metadata_condition,
-)
+from host.constraints import build_text_index, parse_constraint, parse_metadata_condition
 from host.constraints.words import words
 from host.library.format import ADA_002, ParsedLibrary
 from host.search.engine import rank
 from host.search.hybrid import HybridQuery
+from host.search.model_text import constraint_mask, model_term_similarity
 from host.search.query import run_hybrid_query
 from host.store.compiled import STORE_FORMAT, CompiledLibrary, SourceKey, open_compiled, write_compiled
 

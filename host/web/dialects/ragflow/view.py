@@ -29,9 +29,8 @@ import numpy as np
 
 from host.catalog.generations import Catalog
 from host.catalog.model_index import ModelIndex
-from host.constraints import text_index_of
-from host.constraints.text_index import ValueIndex
-from host.store.compiled import CompiledLibrary
+from host.constraints.value_index import ValueIndex
+from host.store.compiled import CompiledLibrary, text_index_of
 
 INFO_KEYS = ("url", "title", "description", "image_url")
 
