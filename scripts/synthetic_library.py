@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from benchmarks.config import parse_sizes  # noqa: E402
 
-from host.library.format import ADA_002  # noqa: E402
+from host.library.embeddings import ADA_002  # noqa: E402
 
 SPREAD = 1.0  # noise norm relative to the unit centre (scripts/benchmarks/libraries.py)
 SUB_SPREAD = 0.6  # a sub-centre's distance from its centre, relative

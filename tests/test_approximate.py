@@ -18,7 +18,8 @@ from librarian import TEST_MODEL, make_library, write_library
 
 from host.catalog.generations import load_catalog
 from host.catalog.model_index import ModelIndex
-from host.library.format import ADA_002, parse_library
+from host.library.embeddings import ADA_002
+from host.library.format import parse_library
 from host.search.engine import EXACT, Search, rank
 from host.store.compiled import SourceKey, file_sha256, open_compiled, write_compiled
 

@@ -11,7 +11,7 @@ import pytest
 from librarian import TEST_MODEL, make_library, unit_vectors, write_library
 
 from host.catalog.generations import Catalog, LibraryFile, access_tag_for, discover, load_catalog
-from host.library.format import ADA_002
+from host.library.embeddings import ADA_002
 
 
 def distinct_library(site: str, count: int = 2, seed: int = 0, **top) -> dict:

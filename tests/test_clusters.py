@@ -19,7 +19,8 @@ import pytest
 from librarian import TEST_MODEL, make_bit, write_library
 
 from host.catalog.model_index import ModelIndex
-from host.library.format import parse_library, parse_omit
+from host.library.format import parse_library
+from host.library.omit import parse_omit
 from host.results.answers import build_result
 from host.results.published import publish_library
 from host.search.engine import EXACT, Search, rank

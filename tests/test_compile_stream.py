@@ -18,7 +18,8 @@ from librarian import TEST_MODEL, b64, make_library, unit_vectors, write_library
 
 from host.catalog.generations import load_catalog
 from host.library import stream
-from host.library.format import LibraryFormatError, library_problems, parse_library
+from host.library.format import library_problems, parse_library
+from host.library.problems import LibraryFormatError
 from host.library.stream import stream_library
 from host.store import text_process, writer
 from host.store.compiled import SourceKey, compile_library, file_sha256, load_library, open_compiled, write_compiled

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from host.library.format import parse_json as parse_json_exactly
+from host.library.json_text import parse_json as parse_json_exactly
 from host.web.fast_json import parse_json, render_json
 
 

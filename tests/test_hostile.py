@@ -30,7 +30,7 @@ from librarian import TEST_MODEL, b64, make_library, unit_vectors, write_library
 
 from access import ANONYMOUS
 from host.catalog.generations import load_catalog
-from host.library.format import parse_omit
+from host.library.omit import parse_omit
 from host.results.answers import build_result
 from host.search.query import Query, SearchPolicy, run_query
 from host.web.responses import render_json

@@ -14,7 +14,7 @@ from importer_support import FACTS, write_corpus
 from host.cli.validate import validate_paths
 from host.importer import ImportOptions, import_library
 from host.importer.pipeline import DEFAULT_CHUNK_TOKENS
-from host.library.format import decode_embedding
+from host.library.embeddings import decode_embedding
 
 pytest_plugins = ["embedder_fixtures"]  # minilm_embedder, minilm_int8_embedder: loaded once; required in CI
 

@@ -24,7 +24,7 @@ from embedding_service import EmbeddingService, Flaky, Reply, Seen, running_serv
 from host.embedders.openai_http import OpenAIEmbedder
 from host.importer import ImportOptions, import_library
 from host.importer.errors import ImporterError
-from host.library.format import decode_embedding
+from host.library.embeddings import decode_embedding
 
 WORDS = ["harbour", "lantern", "orchard", "meadow", "copper", "thistle", "lagoon", "ember", "quarry", "falcon",
          "juniper", "basalt", "marigold", "tundra", "saffron", "glacier", "heron", "cobalt", "willow", "prairie"]

@@ -13,7 +13,7 @@ from librarian import brute_force_ranking
 from test_clusters import NOBODY, blobs, compile_file, library_file
 
 from host.catalog.model_index import ModelIndex
-from host.library.format import BitBlock
+from host.library.bit_checks import BitBlock
 from host.search import budget, cluster_scan
 from host.search.engine import Search, rank
 from host.store import kernels

@@ -13,15 +13,10 @@ import pytest
 from librarian import TEST_MODEL, b64, make_bit, make_library, unit_vectors
 
 from host.library.canonical import canonical_id
-from host.library.format import (
-    ADA_002,
-    LibraryFormatError,
-    Omit,
-    ParsedLibrary,
-    decode_embedding,
-    parse_library,
-    parse_omit,
-)
+from host.library.embeddings import ADA_002, decode_embedding
+from host.library.format import ParsedLibrary, parse_library
+from host.library.omit import Omit, parse_omit
+from host.library.problems import LibraryFormatError
 
 
 def three_bit_library(**top: Any) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from host.catalog.generations import load_catalog
 from host.embedders.openai_http import OpenAIEmbedder
 from host.embedders.service import Embedders
 from host.library.canonical import canonical_id
-from host.library.format import decode_embedding
+from host.library.embeddings import decode_embedding
 from host.service.settings import Settings
 from host.web.app import create_app
 from host.web.middleware.security_headers import CONTENT_SECURITY_POLICY

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from librarian import TEST_MODEL, b64
 
-from host.library.format import parse_omit
+from host.library.omit import parse_omit
 from host.web.errors import HTTPError
 from host.web.query_args import MAX_QUERY_MAGNITUDE, QueryArgs, parse_query_args, query_vector
 

@@ -14,7 +14,7 @@ from librarian import TEST_MODEL, make_bit, unit_vectors, write_library
 from host.catalog.generations import load_catalog
 from host.catalog.model_index import ModelIndex
 from host.library.canonical import canonical_id
-from host.library.format import parse_omit
+from host.library.omit import parse_omit
 from host.results.answers import build_result
 from host.results.bits import cut_text_to_tokens
 from host.search.engine import Selection, rank

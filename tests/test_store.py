@@ -17,7 +17,8 @@ import pytest
 from librarian import TEST_MODEL, b64, make_bit, make_library, unit_vectors, write_library
 
 from host.library.canonical import canonical_id
-from host.library.format import LibraryFormatError, parse_library
+from host.library.format import parse_library
+from host.library.problems import LibraryFormatError
 from host.store.compiled import CompiledLibrary, StoreError, compile_library, file_sha256, load_library, open_compiled
 
 COMPILED_FILES = {  # at least these; the store may add more arrays

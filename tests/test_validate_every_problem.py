@@ -15,7 +15,8 @@ import pytest
 from librarian import TEST_MODEL, b64, make_library, unit_vectors, write_library
 
 from host.cli.validate import validate_command, validate_paths
-from host.library.format import LibraryFormatError, check_library, library_problems, parse_library
+from host.library.format import check_library, library_problems, parse_library
+from host.library.problems import LibraryFormatError
 
 
 def broken_in_three_places() -> dict[str, Any]:

@@ -8,7 +8,7 @@ from functools import cached_property
 from pathlib import Path
 
 from host.catalog.model_index import ModelIndex
-from host.library.format import LibraryFormatError
+from host.library.problems import LibraryFormatError
 from host.store.compiled import DEFAULT_MAX_SOURCE_BYTES, CompiledLibrary, StoreError, load_library, open_compiled
 from host.store.progress import CompileProgress
 

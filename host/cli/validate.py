@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from host.catalog.generations import describe_problem, discover
-from host.library.format import BitBlock, LibraryFormatError
+from host.library.bit_checks import BitBlock
+from host.library.problems import LibraryFormatError
 from host.library.stream import stream_library
 from host.store.compiled import DEFAULT_MAX_SOURCE_BYTES
 

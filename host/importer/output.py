@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from host.importer.errors import ImporterError
-from host.library.format import check_library, parse_json
+from host.library.format import check_library
+from host.library.json_text import parse_json
 
 
 def render_library(library: dict[str, Any]) -> str:

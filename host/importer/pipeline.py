@@ -39,7 +39,8 @@ from host.importer.report import ImportReport
 from host.importer.sources import SourceFile, find_sources
 from host.importer.urls import check_base_url
 from host.library.canonical import canonical_id
-from host.library.format import FORMAT_VERSION, encode_embedding
+from host.library.embeddings import encode_embedding
+from host.library.format import FORMAT_VERSION
 
 # MiniLM reads 256 tokens, two of them its [CLS] and [SEP]: a 250-token chunk is embedded whole, with
 # room to spare. It is also the size of Polymath's own bits (~200-500 tokens; the sample's are ~200).

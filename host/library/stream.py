@@ -30,19 +30,10 @@ from typing import Any, BinaryIO
 
 import msgspec
 
-from host.library.format import (
-    BLOCK,
-    BitBlock,
-    BitChecker,
-    BitSink,
-    LibraryFormatError,
-    LibraryHeader,
-    Problems,
-    WholeBit,
-    check_bits_into,
-    check_top_level,
-    parse_json,
-)
+from host.library.bit_checks import BLOCK, BitBlock, BitChecker, WholeBit
+from host.library.format import BitSink, LibraryHeader, check_bits_into, check_top_level
+from host.library.json_text import parse_json
+from host.library.problems import LibraryFormatError, Problems
 
 CHUNK = 8 << 20  # bytes read at a time
 WHOLE_FILE_LIMIT = 2 << 30  # the largest file read whole (json.loads holds ~2x the file)

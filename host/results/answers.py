@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 
 from host.catalog.model_index import ModelIndex
-from host.library.format import FORMAT_VERSION, Omit
+from host.library.format import FORMAT_VERSION
+from host.library.omit import Omit
 from host.results.bits import selection_bits
 from host.search.engine import Selection
 

@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from host.catalog.model_index import ModelIndex
-from host.library.format import Omit, encode_embedding, parse_omit
+from host.library.embeddings import encode_embedding
+from host.library.omit import Omit, parse_omit
 from host.search.engine import Selection
 from host.store.compiled import CompiledLibrary, decode_record
 

@@ -58,7 +58,9 @@ import msgspec
 import numpy as np
 
 from host.constraints.text_index import TextIndex, open_text_index, text_index_in_memory
-from host.library.format import BLOCK, BitBlock, LibraryFormatError, LibraryHeader, ParsedLibrary
+from host.library.bit_checks import BLOCK, BitBlock
+from host.library.format import LibraryHeader, ParsedLibrary
+from host.library.problems import LibraryFormatError
 from host.library.stream import read_whole, stream_library
 from host.library.visibility import allowed_tag_ids
 from host.service.allocator import garbage_collector_paused

@@ -46,7 +46,8 @@ from typing import Any, BinaryIO
 import msgspec
 import numpy as np
 
-from host.library.format import BitBlock, LibraryHeader
+from host.library.bit_checks import BitBlock
+from host.library.format import LibraryHeader
 from host.library.visibility import PUBLIC
 from host.service.allocator import release_free_memory
 from host.store import kernels

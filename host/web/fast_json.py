@@ -14,7 +14,7 @@ floats in a list: 474 -> 59 µs) and renders it 1.6x faster with the walk below 
   or int, a lone surrogate) is rendered by the standard library, which raises what it always raised.
 - `parse_json(data)` parses with msgspec; whatever msgspec refuses (a syntax error, NaN, a number
   out of range, nesting too deep, UTF-16, UTF-8-encoded surrogates) goes to the standard
-  library's parser (host.library.format.parse_json), so valid JSON reads as it always did and
+  library's parser (host.library.json_text.parse_json), so valid JSON reads as it always did and
   every error message is the one it always was. msgspec keeps integers exact (and, like CPython,
   refuses those of more than 4,300 digits) and lets a repeated key's last value win, as `json` does.
 """
@@ -27,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from host.library.format import parse_json as parse_json_exactly
+from host.library.json_text import parse_json as parse_json_exactly
 
 _ENCODER = msgspec.json.Encoder()
 _DECODER = msgspec.json.Decoder()
@@ -75,7 +75,7 @@ def _with_exact_floats(value: Any) -> Any:
 
 
 def parse_json(data: bytes) -> Any:
-    """The parsed value, as host.library.format.parse_json gives it; raises its ValueError otherwise."""
+    """The parsed value, as host.library.json_text.parse_json gives it; raises its ValueError otherwise."""
     try:
         return _DECODER.decode(data)
     except (msgspec.MsgspecError, ValueError, RecursionError):

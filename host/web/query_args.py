@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 
 from host.constraints import ConstraintError, Node, parse_constraint
-from host.library.format import FORMAT_VERSION, LibraryFormatError, Omit, parse_omit
+from host.library.format import FORMAT_VERSION
+from host.library.omit import Omit, parse_omit
+from host.library.problems import LibraryFormatError
 from host.search.engine import CountType
 from host.web.errors import bad_request
 

@@ -24,7 +24,7 @@ from starlette.responses import Response, StreamingResponse
 from host.catalog.generations import Catalog
 from host.catalog.model_index import ModelIndex
 from host.embedders.errors import EmbedderError
-from host.library.format import parse_omit
+from host.library.omit import parse_omit
 from host.results.answers import build_result, estimated_answer_bytes, result_header
 from host.results.bits import selection_bits
 from host.search.batching import BATCHER

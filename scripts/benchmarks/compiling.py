@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 from host.catalog.model_index import ModelIndex
-from host.library.format import ADA_002, encode_embedding, parse_library
+from host.library.embeddings import ADA_002, encode_embedding
+from host.library.format import parse_library
 from host.service.harness import child_environment
 from host.store.compiled import SourceKey, open_compiled, read_library_file, write_compiled
 

@@ -33,7 +33,8 @@ from access import ANONYMOUS
 from host.catalog.model_index import ModelIndex
 from host.constraints import build_text_index, parse_constraint, parse_metadata_condition
 from host.constraints.words import words
-from host.library.format import ADA_002, ParsedLibrary
+from host.library.embeddings import ADA_002
+from host.library.format import ParsedLibrary
 from host.search.engine import rank
 from host.search.hybrid import HybridQuery
 from host.search.model_text import constraint_mask, model_term_similarity

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from host.library.format import parse_omit
+from host.library.omit import parse_omit
 from host.results.answers import build_result
 from host.search.engine import Search
 from host.web.responses import render_json, render_msgpack

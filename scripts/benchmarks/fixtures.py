@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 
 from host.catalog.generations import load_catalog
-from host.library.format import ADA_002
+from host.library.embeddings import ADA_002
 from host.search.engine import EXACT, Search
 from host.store.sign_codes import hamming_distances
 

@@ -21,7 +21,8 @@ import numpy as np
 from host.catalog.generations import load_catalog
 from host.catalog.model_index import ModelIndex
 from host.library.canonical import canonical_id
-from host.library.format import ADA_002, ParsedLibrary
+from host.library.embeddings import ADA_002
+from host.library.format import ParsedLibrary
 from host.store.compiled import STORE_FORMAT, SourceKey, file_sha256, write_compiled
 
 from .config import label

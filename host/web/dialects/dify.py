@@ -31,7 +31,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from host.constraints import ConstraintError, Everything, parse_dify_condition
-from host.library.format import parse_json
+from host.library.json_text import parse_json
 from host.store.compiled import CompiledLibrary
 from host.web.caller import Caller, request_caller
 from host.web.dialects.passages import Passage, find_passages, visible_library

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from host.embedders.errors import EmbedderError, EmbedderTimeout, NoEmbedder
-from host.library.format import parse_json
+from host.library.json_text import parse_json
 from host.web.caller import request_caller
 from host.web.dialects.openai_errors import OpenAIError
 from host.web.errors import HTTPError

@@ -34,7 +34,7 @@ from starlette.routing import BaseRoute, Route
 
 from host.constraints import ConstraintError, parse_attribute_filter
 from host.constraints.words import fold
-from host.library.format import parse_json
+from host.library.json_text import parse_json
 from host.web.caller import Caller, request_caller
 from host.web.dialects.openai_errors import OpenAIError
 from host.web.dialects.passages import Passage, find_passages, visible_library

@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 
 from host.constraints import Node
 from host.embedders.errors import EmbedderError
-from host.library.format import parse_omit
+from host.library.omit import parse_omit
 from host.results.answers import estimated_answer_bytes
 from host.results.bits import result_bit
 from host.search.errors import QueryError

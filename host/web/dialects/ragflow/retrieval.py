@@ -31,7 +31,7 @@ from starlette.responses import Response
 from host.constraints import And, Compare, ConstraintError, Everything, Node, Or, parse_metadata_condition
 from host.constraints.words import fold, words
 from host.embedders.errors import EmbedderError
-from host.library.format import parse_json
+from host.library.json_text import parse_json
 from host.search.hybrid import HybridQuery, HybridSelection
 from host.search.query import run_hybrid_query
 from host.web.caller import request_caller
