@@ -358,7 +358,7 @@ def test_nothing_to_import_leaves_the_old_library(tmp_path):
     (tmp_path / "empty" / "photo.jpg").write_bytes(b"\xff\xd8")
     out = tmp_path / "out.json"
     out.write_text("old")
-    with pytest.raises(ImporterError, match=r"nothing to import from .*empty: no Markdown, text, HTML, feed or PDF"):
+    with pytest.raises(ImporterError, match=r"nothing to import from .*empty: no writing found"):
         run_import(tmp_path / "empty", out)
     assert out.read_text() == "old"
 
@@ -393,3 +393,11 @@ def test_served_by_a_real_host_each_documents_fact_is_found(imported, run_host):
         })
         assert answer.status_code == 200, answer.text
         assert fact in answer.json()["bits"][0]["text"], kind
+
+
+def test_include_drafts_imports_a_page_marked_as_a_draft(tmp_path):
+    site = write_corpus(tmp_path / "site")
+    (site / "posts" / "unfinished.md").write_text("---\ntitle: Soon\ndraft: true\n---\nNot yet for readers.")
+    report = run_import(site, tmp_path / "out.json", include_drafts=True)
+    assert report.drafts == 0
+    assert bit_with(bits_of(tmp_path / "out.json"), "Not yet for readers.")["info"]["title"] == "Soon"

@@ -90,6 +90,7 @@ def test_access_tag_writes_under_the_libraries_access_folder(site, capsys):
     (["--out", "x.json", "--embedder-url", "http://127.0.0.1:9/v1"], "error: --embedder-url needs --embedder-model"),
     (["--out", "x.json", "--base-url", "example.com"], "error: --base-url: expected an http(s) URL"),
     (["--out", "x.json", "--chunk-tokens", "0"], "error: --chunk-tokens: must be at least 1, got 0"),
+    (["--out", "x.json", "--format", "docz"], "error: --format docz: not a format this importer reads; use one of"),
 ])
 def test_bad_options_are_one_line_and_nothing_is_written(site, capsys, argv, message):
     assert polymath_import("site", *argv) == 1

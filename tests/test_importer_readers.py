@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import zipfile
 from pathlib import Path
 
 import pypdf
@@ -270,3 +271,31 @@ def test_fragments_replace_any_fragment_and_are_encoded():
 def test_the_base_url_must_be_an_http_url(base):
     with pytest.raises(ImporterError, match="--base-url: expected an http"):
         check_base_url(base)
+
+
+# ---- kinds by content, and --format ------------------------------------------------------------
+
+
+def test_format_reads_a_file_as_the_kind_named_whatever_its_name(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("# Notes\n\n## Soil\n\nCompost in spring.")
+    found = find_sources([notes], format="markdown")
+    assert [(source.relative, source.kind) for source in found.files] == [("notes.txt", "markdown")]
+
+
+def test_format_on_a_folder_of_files_is_refused_in_one_line(tmp_path):
+    with pytest.raises(ImporterError, match=r"^--format html: .* is a folder; name its files"):
+        find_sources([tmp_path], format="html")
+
+
+def test_an_unknown_format_lists_the_ones_there_are(tmp_path):
+    with pytest.raises(ImporterError, match=r"^--format docz: not a format this importer reads; use one of .*markdown"):
+        find_sources([tmp_path], format="docz")
+
+
+def test_a_zip_or_json_that_is_no_export_is_counted_as_of_unknown_kind(tmp_path):
+    with zipfile.ZipFile(tmp_path / "photos.zip", "w") as archive:
+        archive.writestr("img/1.jpg", b"\xff\xd8")
+    (tmp_path / "package.json").write_text('{"name": "x"}')
+    found = find_sources([tmp_path])
+    assert found.files == [] and dict(found.skipped_by_suffix) == {".zip": 1, ".json": 1}

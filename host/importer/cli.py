@@ -24,6 +24,7 @@ from host.embedders.openai_http import OpenAIEmbedder
 from host.embedders.service import OPENAI_URL
 from host.importer.embedding import Embedder, chunk_limit_warning
 from host.importer.errors import ImporterError
+from host.importer.kinds import KINDS, kind_named
 from host.importer.pipeline import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_CHUNK_TOKENS,
@@ -39,17 +40,26 @@ REMOTE_CONCURRENCY = 4  # requests in flight to an embedding service, by default
 # An import waits out a busy service (a query cannot): 8 retries, up to a minute each when asked.
 REMOTE_RETRIES, REMOTE_BACKOFF, REMOTE_MAX_RETRY_AFTER, REMOTE_TIMEOUT = 8, 1.0, 60.0, 60.0
 _TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+FORMAT_ALIASES = {"twitter": "x", "wxr": "wordpress"}  # what people also call a format
 
 DESCRIPTION = """\
-Turn writing into a library file: Markdown (front matter title, description, url; headings),
-plain text, HTML pages, RSS/Atom feeds and PDF files, or folders of them (walked in sorted order;
-hidden files and folders and .SECRET. files are skipped). Text is cut into chunks along its
-headings, paragraphs, sentences and words, of at most --chunk-tokens tokens of the model's own
-tokenizer, and embedded. A re-run embeds only chunks whose text changed (a cache beside --out).
-The library is validated before it replaces --out, atomically: an error or Ctrl-C leaves the old
-file as it was."""
+Turn writing into a library file: files of the formats below, folders of them (walked in sorted
+order; hidden files and folders and .SECRET. files are skipped), and the exports writing services
+give (a zip is looked into; an unzipped export folder is recognised too). Text is cut into chunks
+along its headings, paragraphs, sentences and words, of at most --chunk-tokens tokens of the
+model's own tokenizer, and embedded. A re-run embeds only chunks whose text changed (a cache beside
+--out). The library is validated before it replaces --out, atomically: an error or Ctrl-C leaves
+the old file as it was."""
 
-EPILOG = """\
+
+def _formats() -> str:
+    """The formats, from the kinds' table: each file's is found by its name and content."""
+    lines = [f"  {kind.name:<10} {kind.describes}" for kind in KINDS]
+    return "formats (found by each file's name and content; --format NAME to name one):\n" + "\n".join(lines)
+
+
+EPILOG = _formats() + """
+
 where the file goes:
   --out libraries/blog.json                    public: served to everyone
   --out drafts.json --access-tag unpublished   written to libraries/access/unpublished/drafts.json:
@@ -113,7 +123,7 @@ EmbedderOpener = Callable[..., Embedder]  # open_embedder's signature
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sources", nargs="+", type=Path, metavar="SOURCE",
-                        help="a file or folder of Markdown, text, HTML, RSS/Atom or PDF files")
+                        help="a file or folder of writing, or an export (see the formats below)")
     parser.add_argument("--out", type=Path, required=True, metavar="FILE",
                         help="the library file to write (.json), e.g. libraries/blog.json; "
                              "with --access-tag, a file name: see below")
@@ -126,6 +136,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the site's URL: a bit links to URL + the file's path under its SOURCE (.md as .html) "
                              "+ #heading; front matter url and feed links win (default: file: URLs of "
                              "this machine, for trying a library locally)")
+    parser.add_argument("--format", metavar="NAME", type=str.lower,
+                        help="read every SOURCE as this format instead of finding each file's by its name and "
+                             f"content: {', '.join(kind.name for kind in KINDS)}")
+    parser.add_argument("--include-drafts", action="store_true",
+                        help="import drafts and unpublished posts too (Markdown draft: true, export drafts)")
+    parser.add_argument("--include-replies", action="store_true",
+                        help="import replies to other people (X) and responses (Medium) too")
+    parser.add_argument("--include-retweets", action="store_true", help="import retweets in an X archive too")
     parser.add_argument("--model", metavar="M",
                         help=f"the embedding model (default: {minilm.MODEL}, local and offline; "
                              "with --embedder-url: openai.com:<--embedder-model>)")
@@ -212,6 +230,8 @@ def import_command(args: argparse.Namespace, open_embedder: EmbedderOpener = ope
     out: Path | None = None
     try:
         out, access_tag = resolve_output(args.out, args.access_tag, args.libraries)
+        if args.format is not None:
+            kind_named(FORMAT_ALIASES.get(args.format, args.format))  # a mistyped name fails before the model loads
         if args.embedder_url and not args.embedder_model:
             raise ImporterError("--embedder-url needs --embedder-model NAME (the model that service knows)")
         if args.embedder_concurrency is not None and args.embedder_concurrency < 1:
@@ -225,7 +245,9 @@ def import_command(args: argparse.Namespace, open_embedder: EmbedderOpener = ope
         cache = None if args.no_cache else (args.cache or out.with_name(out.name + CACHE_SUFFIX))
         options = ImportOptions(base_url=args.base_url, chunk_tokens=args.chunk_tokens, batch_size=args.batch_size,
                                 cache=cache, access_tag=access_tag,
-                                concurrency=args.embedder_concurrency or default_concurrency(embedder))
+                                concurrency=args.embedder_concurrency or default_concurrency(embedder),
+                                format=FORMAT_ALIASES.get(args.format, args.format), include_drafts=args.include_drafts,
+                                include_replies=args.include_replies, include_retweets=args.include_retweets)
         progress: Progress = BarProgress() if wants_bar(args.quiet) else NoProgress()
         report = import_library(args.sources, out, embedder, options, progress, _say)
     except ImporterError as problem:

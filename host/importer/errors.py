@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from host.importer.document import Document
+
 EXTRA_HINT = "pip install 'polymath-host[import]'"
 
 
@@ -27,7 +29,12 @@ def require(module: str, purpose: str) -> ModuleType:
 
 
 class Draft(Exception):
-    """A page its author marked unpublished (`draft: true`, `published: false`): skipped, and counted."""
+    """A page its author marked unpublished (`draft: true`, `published: false`): skipped and counted,
+    or imported all the same with `--include-drafts` (the reader hands its documents over here)."""
+
+    def __init__(self, documents: list[Document] | None = None) -> None:
+        super().__init__("a draft")
+        self.documents = documents or []
 
 
 def decode_text(data: bytes) -> str:

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from host.importer.chunking import CountTokens, chunk_document
+from host.importer.document import Document
 from host.importer.errors import Draft
-from host.importer.readers import read_source
+from host.importer.kinds import KIND_BY_NAME
 from host.importer.sources import SourceFile
 from host.importer.urls import page_url, with_fragment
 
@@ -24,11 +25,12 @@ from host.importer.urls import page_url, with_fragment
 PARSER_DISTRIBUTIONS = ("markdown-it-py", "pyyaml", "selectolax", "feedparser", "pypdf")
 
 
-def file_key(source: SourceFile, data: bytes, base_url: str | None, chunk_tokens: int, model: str) -> bytes:
+def file_key(source: SourceFile, data: bytes, base_url: str | None, chunk_tokens: int, model: str,
+             include_drafts: bool = False) -> bytes:
     """Everything a file's chunks depend on, hashed: same key, same chunks (see `cache`)."""
     digest = hashlib.sha256()
     for part in (importer_fingerprint(), model, str(chunk_tokens), base_url or "", source.kind, source.relative,
-                 str(source.path.resolve()) if base_url is None else ""):
+                 str(source.path.resolve()) if base_url is None else "", "drafts" if include_drafts else ""):
         digest.update(part.encode("utf-8") + b"\0")
     digest.update(hashlib.sha256(data).digest())
     return digest.digest()
@@ -66,12 +68,19 @@ class FileChunks:
         return cls(stored["documents"], stored["draft"], [(text, count, info) for text, count, info in stored["bits"]])
 
 
+def read_source(source: SourceFile, data: bytes) -> list[Document]:
+    """The documents in `data`, the contents of `source` (ImporterError when they are not valid)."""
+    return KIND_BY_NAME[source.kind].read(data, source.fallback_title())
+
+
 def chunk_file(source: SourceFile, data: bytes, count_tokens: CountTokens, base_url: str | None,
-               chunk_tokens: int) -> FileChunks:
+               chunk_tokens: int, include_drafts: bool = False) -> FileChunks:
     try:
         documents = read_source(source, data)
-    except Draft:
-        return FileChunks(draft=True)
+    except Draft as draft:
+        if not include_drafts:
+            return FileChunks(draft=True)
+        documents = draft.documents
     chunks = FileChunks(documents=len(documents))
     for document in documents:
         url = page_url(source, base_url, document.own_url)

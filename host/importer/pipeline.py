@@ -32,6 +32,7 @@ from host.importer.cache import ImportCache, text_key
 from host.importer.embedding import Embedder, GuardedEmbedder, vector_space
 from host.importer.embedding_queue import DEFAULT_WINDOW, EmbeddingQueue
 from host.importer.errors import ImporterError
+from host.importer.exports import ExportOptions
 from host.importer.file_chunks import FileChunks
 from host.importer.output import write_library
 from host.importer.reading import FileRead, ReadSettings, read_files
@@ -90,6 +91,10 @@ class ImportOptions:
     bucketing: bool = True  # sort texts by token length within a window of `window` texts
     window: int = DEFAULT_WINDOW
     second_process: bool | None = None  # read and chunk in a second process: None decides by the work (`reading`)
+    format: str | None = None  # read every source as this kind (`kinds`), instead of finding each file's
+    include_drafts: bool = False  # drafts and unpublished posts too
+    include_replies: bool = False  # X replies to other people, Medium responses
+    include_retweets: bool = False
 
 
 @dataclass
@@ -121,9 +126,16 @@ def import_library(
             raise ImporterError(f"--{name.replace('_', '-')}: must be at least 1, got {getattr(options, name)}")
     base_url = check_base_url(options.base_url) if options.base_url else None
     report = ImportReport(out=out, model=embedder.model, chunk_tokens=options.chunk_tokens)
-    found = find_sources(list(sources))
+    # Posts for paying or signed-in readers only go into a library served only to tokens with a tag.
+    exports = ExportOptions(include_drafts=options.include_drafts, include_replies=options.include_replies,
+                            include_retweets=options.include_retweets, include_private=options.access_tag is not None)
+    found = find_sources(list(sources), options.format, exports)
     guarded = GuardedEmbedder(embedder)
     report.skipped_by_suffix, report.not_feeds = found.skipped_by_suffix, found.not_feeds
+    report.drafts, report.skipped = found.skipped.pop("draft", 0), found.skipped
+    for problem in found.failed:
+        report.failed.append(problem)
+        say(f"error: {problem}")
     cache = ImportCache(options.cache, vector_space(guarded), guarded.dimension, say)
     queue = EmbeddingQueue(guarded, cache, batch_size=options.batch_size, concurrency=options.concurrency,
                            window=options.window, bucketing=options.bucketing, on_embedded=progress.chunks_embedded)
@@ -133,7 +145,7 @@ def import_library(
                                              progress, say)
             report.read_seconds = time.perf_counter() - started
             if not bits:
-                what = "no file could be read" if report.failed else "no Markdown, text, HTML, feed or PDF with text"
+                what = "no file could be read" if report.failed else "no writing found (see the formats in --help)"
                 where = ", ".join(map(str, sources))
                 raise ImporterError(f"nothing to import from {where}: {what}; {out} is left as it was")
             report.reused = sum(bit.key in vectors for bit in bits)
@@ -175,7 +187,7 @@ def _read(files: Sequence[SourceFile], embedder: GuardedEmbedder, base_url: str 
     file_keys: set[bytes] = set()
     vectors: dict[bytes, np.ndarray] = {}
     progress.reading(len(files))
-    settings = ReadSettings(base_url, options.chunk_tokens, embedder.model)
+    settings = ReadSettings(base_url, options.chunk_tokens, embedder.model, options.include_drafts)
     reads = read_files(files, settings, embedder.count_tokens, cache.file_keys(), options.second_process,
                        embedder.token_counter())
     try:

@@ -38,6 +38,7 @@ class ReadSettings:
     base_url: str | None
     chunk_tokens: int
     model: str
+    include_drafts: bool = False  # a page marked as a draft is read all the same
 
 
 @dataclass
@@ -52,20 +53,21 @@ def read_file(source: SourceFile, settings: ReadSettings, count_tokens: Callable
               known: frozenset[bytes] | set[bytes]) -> FileRead:
     """One file read and chunked (or found in the cache by its key); its problem as one line."""
     try:
-        data = source.path.read_bytes()
-        key = file_key(source, data, settings.base_url, settings.chunk_tokens, settings.model)
+        data = source.load()
+        key = _key(source, data, settings)
         if key in known:
             return FileRead(source, key)
-        return FileRead(source, key, chunk_file(source, data, count_tokens, settings.base_url, settings.chunk_tokens))
+        return FileRead(source, key, chunk_file(source, data, count_tokens, settings.base_url, settings.chunk_tokens,
+                                                settings.include_drafts))
     except (MissingExtra, EmbedderFailed):
         raise
     except OSError as problem:
-        return FileRead(source, problem=f"{source.path}: cannot be read ({problem.strerror or problem})")
+        return FileRead(source, problem=f"{source.name}: cannot be read ({problem.strerror or problem})")
     except ImporterError as problem:
-        return FileRead(source, problem=f"{source.path}: {problem}")
+        return FileRead(source, problem=f"{source.name}: {problem}")
     except Exception as problem:  # a parser's own error on a damaged file: that file fails, not the import
         said = " ".join(str(problem).split())  # a parser's message may run over several lines
-        return FileRead(source, problem=f"{source.path}: cannot be read ({type(problem).__name__}: {said})")
+        return FileRead(source, problem=f"{source.name}: cannot be read ({type(problem).__name__}: {said})")
 
 
 def read_files(files: Sequence[SourceFile], settings: ReadSettings, count_tokens: Callable[[str], int],
@@ -101,7 +103,7 @@ def read_files(files: Sequence[SourceFile], settings: ReadSettings, count_tokens
                 try:
                     read = ahead.popleft().result()
                 except BrokenProcessPool:
-                    raise ImporterError(f"the process reading the files stopped while reading {source.path} (out of "
+                    raise ImporterError(f"the process reading the files stopped while reading {source.name} (out of "
                                         "memory, or a parser crashed): run the import again without that file; "
                                         "what was embedded is cached") from None
                 yield read
@@ -112,10 +114,14 @@ def read_files(files: Sequence[SourceFile], settings: ReadSettings, count_tokens
 def _cached_key(source: SourceFile, settings: ReadSettings, known: set[bytes]) -> bytes | None:
     """The file's key if the cache holds its chunks (None too when it cannot be read: `read_file` says why)."""
     try:
-        key = file_key(source, source.path.read_bytes(), settings.base_url, settings.chunk_tokens, settings.model)
+        key = _key(source, source.load(), settings)
     except OSError:
         return None
     return key if key in known else None
+
+
+def _key(source: SourceFile, data: bytes, settings: ReadSettings) -> bytes:
+    return file_key(source, data, settings.base_url, settings.chunk_tokens, settings.model, settings.include_drafts)
 
 
 _reader: tuple[ReadSettings, Callable[[str], int], frozenset[bytes]] | None = None  # set in the second process

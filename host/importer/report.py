@@ -6,6 +6,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from host.importer.exports import SKIPS
+
 
 @dataclass
 class ImportReport:
@@ -19,6 +21,7 @@ class ImportReport:
     drafts: int = 0
     skipped_by_suffix: Counter[str] = field(default_factory=Counter)
     not_feeds: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)  # export posts left out, by reason (`exports.SKIPS`)
     bits: int = 0
     tokens: int = 0
     over_budget: int = 0  # chunks that are one word longer than the budget
@@ -35,7 +38,10 @@ class ImportReport:
         """What happened, in a few lines for the publisher."""
         skipped = []
         if self.drafts:
-            skipped.append(f"{self.drafts} draft{'s' * (self.drafts != 1)} skipped")
+            skipped.append(f"{self.drafts} draft{'s' * (self.drafts != 1)} skipped (--include-drafts)")
+        for reason, count in sorted(self.skipped.items()):
+            what, how = SKIPS[reason]
+            skipped.append(f"{count} {what} skipped ({how})")
         if self.skipped_by_suffix:
             kinds = ", ".join(f"{suffix} {count}" for suffix, count in sorted(self.skipped_by_suffix.items()))
             skipped.append(f"{self.skipped_by_suffix.total()} of unknown kind skipped ({kinds})")

@@ -3,45 +3,55 @@
 Folders are walked in sorted order (folders and files sorted by name at each level, without
 following symbolic links to folders), so the same tree always gives the same library. Never
 read: anything hidden (a name starting with "."; `.git`, drafts folders, editor files) and any
-file with `.SECRET.` in its name. Files of an unknown kind are skipped and counted by suffix.
-A feed is told from other XML by its first element (`rss`, `feed` or `rdf:RDF`).
+file with `.SECRET.` in its name. A file's kind comes from its name and, where names are shared,
+its content (`kinds`: a feed is told from other XML by its first element, a WordPress export
+from a feed, an export zip by its layout); files of no kind are skipped and counted by suffix.
+A folder that is an unzipped export (Substack's, Medium's, an X archive) is read as that export,
+not walked. `--format NAME` gives every SOURCE named that kind instead.
+
+An export becomes one `SourceFile` per post (`exports`). An export that cannot be read at all is
+one line in `Found.failed`; a post of it that cannot be read is one line too, the others imported.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from host.importer.errors import ImporterError
+from host.importer.errors import ImporterError, MissingExtra
+from host.importer.exports import ExportOptions
+from host.importer.kinds import MARKDOWN_SUFFIXES, Kind, detect, detect_folder, kind_named, kinds_for
+from host.importer.probe import Probe
+from host.importer.readers import fallback_title
 
-MARKDOWN_SUFFIXES = frozenset({".md", ".markdown", ".mdown", ".mkd"})
-KIND_BY_SUFFIX = {
-    **dict.fromkeys(MARKDOWN_SUFFIXES, "markdown"),
-    ".txt": "text",
-    ".text": "text",
-    ".html": "html",
-    ".htm": "html",
-    ".xhtml": "html",
-    ".pdf": "pdf",
-    ".xml": "feed",
-    ".rss": "feed",
-    ".atom": "feed",
-}
-_FEED_ROOT = re.compile(rb"<(?:[A-Za-z_][\w.-]*:)?(rss|feed|RDF)[\s>/]")
-_FEED_SNIFF_BYTES = 4096
+__all__ = ["MARKDOWN_SUFFIXES", "Found", "SourceFile", "find_sources"]
 
 
 @dataclass(frozen=True)
 class SourceFile:
-    """A file to import. `relative` is its path under the SOURCE it was found in, with `/`
-    separators (for a SOURCE that is a file: its name); URLs are made from it."""
+    """A file to import, or one post of an export. `relative` is its path under the SOURCE it was
+    found in, with `/` separators (for a SOURCE that is a file: its name; for a post, the export's
+    followed by `/` and `member`); URLs and cache keys are made from it. A post's bytes are `data`,
+    taken out of the export when it was found."""
 
     path: Path
     relative: str
     kind: str
+    member: str | None = None  # where in the export at `path` the post is (a zip member, `item 3 (hello)`)
+    data: bytes | None = None
+
+    @property
+    def name(self) -> str:
+        """How messages name it: the file, or the export and the post in it."""
+        return str(self.path) if self.member is None else f"{self.path}: {self.member}"
+
+    def load(self) -> bytes:
+        return self.data if self.data is not None else self.path.read_bytes()
+
+    def fallback_title(self) -> str:
+        return fallback_title(PurePosixPath(self.member) if self.member else self.path)
 
 
 @dataclass
@@ -49,35 +59,42 @@ class Found:
     files: list[SourceFile] = field(default_factory=list)
     skipped_by_suffix: Counter[str] = field(default_factory=Counter)
     not_feeds: int = 0  # .xml files that are some other XML
+    skipped: Counter[str] = field(default_factory=Counter)  # posts an export left out, by reason (`exports.SKIPS`)
+    failed: list[str] = field(default_factory=list)  # "path: problem" for exports (or their posts) that failed
 
 
-def find_sources(sources: list[Path]) -> Found:
-    """Every file to import under `sources`, in the order given; a file reached twice is read once.
+def find_sources(sources: list[Path], format: str | None = None, options: ExportOptions | None = None) -> Found:
+    """Every file (and export post) to import under `sources`, in the order given; a file reached
+    twice is read once. `format`: the kind to read every SOURCE as, instead of detecting it.
 
-    Raises ImporterError for a SOURCE that does not exist: a mistyped path must not quietly
-    publish a library without that writing.
+    Raises ImporterError for a SOURCE that does not exist, or that `format` cannot read: a mistyped
+    path must not quietly publish a library without that writing.
     """
+    options = options or ExportOptions()
     found = Found()
     seen: set[Path] = set()
+    forced = kind_named(format) if format else None
     for source in sources:
         if not source.exists():
             raise ImporterError(f"{source}: does not exist")
-        if source.is_file():
-            candidates = [(source, source.name)]
+        if forced is not None:
+            if source.is_dir() and not forced.folder:
+                raise ImporterError(f"--format {forced.name}: {source} is a folder; name its files, or leave "
+                                    "--format out to have each file's kind found")
+            candidates: list[tuple[Path, str, Kind | None]] = [(source, source.name, forced)]
+        elif source.is_file():
+            candidates = [(source, source.name, None)]
         else:
-            candidates = [(path, path.relative_to(source).as_posix()) for path in _walk(source)]
-        for path, relative in candidates:
+            candidates = [(path, path.relative_to(source).as_posix() if path != source else source.name, kind)
+                          for path, kind in _walk(source)]
+        for path, relative, kind in candidates:
             resolved = path.resolve()
             if resolved in seen:
                 continue
             seen.add(resolved)
-            kind = kind_of(path)
-            if kind is None:
-                found.skipped_by_suffix[path.suffix.lower() or "(no suffix)"] += 1
-            elif kind == "feed" and not looks_like_a_feed(path):
-                found.not_feeds += 1
-            else:
-                found.files.append(SourceFile(path, relative, kind))
+            kind = kind or _kind_of_file(path, found)
+            if kind is not None:
+                _add(found, path, relative, kind, options)
     return found
 
 
@@ -85,25 +102,59 @@ def is_hidden_or_secret(name: str) -> bool:
     return name.startswith(".") or ".SECRET." in name
 
 
-def _walk(root: Path) -> list[Path]:
-    files: list[Path] = []
+def _walk(root: Path) -> list[tuple[Path, Kind | None]]:
+    """The files under `root`, and the unzipped exports in it (with their kind), not looked inside."""
+    found: list[tuple[Path, Kind | None]] = []
     for folder, subfolders, names in os.walk(root):
+        here = Path(folder)
+        export = detect_folder(here)
+        if export is not None:
+            subfolders[:] = []
+            found.append((here, export))
+            continue
         subfolders[:] = sorted(name for name in subfolders if not is_hidden_or_secret(name))
-        files.extend(Path(folder) / name for name in sorted(names) if not is_hidden_or_secret(name))
+        found.extend((here / name, None) for name in sorted(names) if not is_hidden_or_secret(name))
     # os.walk visits a folder's files before its subfolders; sort the whole list by path parts so
     # `a/b.md` and `a.md` come in one well-defined order however the walk met them.
-    return sorted(files, key=lambda path: path.relative_to(root).parts)
+    return sorted(found, key=lambda entry: entry[0].relative_to(root).parts)
 
 
-def kind_of(path: Path) -> str | None:
-    return KIND_BY_SUFFIX.get(path.suffix.lower())
-
-
-def looks_like_a_feed(path: Path) -> bool:
-    """True when the first element of an XML file is an RSS, Atom or RSS 1.0 (RDF) root."""
+def _kind_of_file(path: Path, found: Found) -> Kind | None:
+    """The file's kind by its name and content; None (counted) when it is of none."""
+    suffix = path.suffix.lower()
+    candidates = kinds_for(suffix)
+    probe = Probe(path)
     try:
-        with path.open("rb") as handle:
-            head = handle.read(_FEED_SNIFF_BYTES)
-    except OSError:
-        return True  # let the reader report the file as unreadable, naming it
-    return _FEED_ROOT.search(head) is not None
+        kind = detect(probe, candidates) if candidates else None
+    finally:
+        probe.close()
+    if kind is None:
+        if suffix == ".xml":
+            found.not_feeds += 1
+        else:
+            found.skipped_by_suffix[suffix or "(no suffix)"] += 1
+    return kind
+
+
+def _add(found: Found, path: Path, relative: str, kind: Kind, options: ExportOptions) -> None:
+    if kind.expand is None:
+        found.files.append(SourceFile(path, relative, kind.name))
+        return
+    try:
+        expansion = kind.expand(path, options)
+    except ImporterError as problem:
+        found.failed.append(f"{path}: {problem}")
+        return
+    except MissingExtra:
+        raise
+    except OSError as problem:
+        found.failed.append(f"{path}: cannot be read ({problem.strerror or problem})")
+        return
+    except Exception as problem:  # a parser's own error on a damaged export: it fails, not the import
+        said = " ".join(str(problem).split())
+        found.failed.append(f"{path}: cannot be read ({type(problem).__name__}: {said})")
+        return
+    found.files.extend(SourceFile(path, f"{relative}/{part.member}", kind.name, part.member, part.data)
+                       for part in expansion.parts)
+    found.skipped.update(expansion.skipped)
+    found.failed.extend(f"{path}: {problem}" for problem in expansion.problems)

@@ -7,13 +7,21 @@ the description when there is also full content. An item without a link gets the
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from host.importer.document import Document
 from host.importer.errors import ImporterError, require
+from host.importer.probe import Probe
 from host.importer.readers.html import fragment_text, outline_of
 
 DESCRIPTION_CHARACTERS = 500
+_FEED_ROOT = re.compile(rb"<(?:[A-Za-z_][\w.-]*:)?(rss|feed|RDF)[\s>/]")
+
+
+def sniff(probe: Probe) -> bool:
+    """A feed is told from other XML by its first element: `rss`, `feed` or `rdf:RDF`."""
+    return _FEED_ROOT.search(probe.head) is not None
 
 
 def read(data: bytes, fallback_title: str) -> list[Document]:

@@ -25,12 +25,13 @@ _TOML_FRONT_MATTER = re.compile(r"\A\+\+\+[ \t]*\r?\n(?:(.*?)\r?\n)?\+\+\+[ \t]*
 def read(data: bytes, fallback_title: str) -> list[Document]:
     text = decode_text(data)
     meta, body = split_front_matter(text)
-    if meta.get("draft") is True or meta.get("published") is False:
-        raise Draft()
     title = _text_field(meta, "title")
     outline = Outline(title or fallback_title, title_is_fallback=not title)
     _render(body, outline)
-    return [outline.document(description=_text_field(meta, "description"), own_url=_text_field(meta, "url"))]
+    documents = [outline.document(description=_text_field(meta, "description"), own_url=_text_field(meta, "url"))]
+    if meta.get("draft") is True or meta.get("published") is False:
+        raise Draft(documents)
+    return documents
 
 
 def split_front_matter(text: str) -> tuple[dict[str, Any], str]:

@@ -1,0 +1,85 @@
+"""Every kind of writing the importer reads, in one table: its name, its files' suffixes, how its
+content is recognised, and the functions that read it.
+
+A kind is found for a file by its name and, where a suffix is shared, by its content: the first
+kind in `KINDS` whose suffixes include the file's and whose `sniff` (if it has one) accepts it. A
+folder is an unzipped export when a kind with `folder=True` sniffs it as one. `--format NAME`
+skips detection and takes the kind by name.
+
+- `read(data, fallback_title)`: a file's bytes (or an export part's `data`) into documents;
+  raises ImporterError naming what is wrong, or `Draft` for a page its author left unpublished.
+- `expand(path, options)`: for an export, its posts as `Part`s (see `exports`), each then read by
+  `read`; None for a file that is one piece of writing (a feed is one file of many documents).
+- `sniff(probe)`: whether the file (its first bytes, or the names in a zip or folder) is of this
+  kind; None when the suffix alone says so.
+
+Adding a kind is one line here and a module with its `read` (and `sniff`, `expand`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from host.importer.errors import ImporterError
+from host.importer.exports import Expansion, ExportOptions
+from host.importer.probe import Probe
+from host.importer.readers import Reader, feed, html, markdown, pdf, plain
+
+Sniff = Callable[[Probe], bool]
+Expander = Callable[[Path, ExportOptions], Expansion]
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    read: Reader
+    suffixes: frozenset[str] = frozenset()
+    sniff: Sniff | None = None
+    expand: Expander | None = None
+    folder: bool = False  # an unzipped export: a folder may be one
+    describes: str = ""  # for --help: what the kind is
+
+
+MARKDOWN_SUFFIXES = frozenset({".md", ".markdown", ".mdown", ".mkd"})
+
+KINDS: tuple[Kind, ...] = (
+    Kind("markdown", markdown.read, MARKDOWN_SUFFIXES, describes="Markdown with front matter"),
+    Kind("text", plain.read, frozenset({".txt", ".text"}), describes="plain text"),
+    Kind("html", html.read, frozenset({".html", ".htm", ".xhtml"}), describes="an HTML page"),
+    Kind("feed", feed.read, frozenset({".xml", ".rss", ".atom"}), sniff=feed.sniff, describes="an RSS or Atom feed"),
+    Kind("pdf", pdf.read, frozenset({".pdf"}), describes="a PDF"),
+)
+KIND_BY_NAME = {kind.name: kind for kind in KINDS}
+
+
+def kind_named(name: str) -> Kind:
+    """The kind `--format NAME` asks for (ImporterError listing the names when there is none)."""
+    kind = KIND_BY_NAME.get(name.lower())
+    if kind is None:
+        raise ImporterError(f"--format {name}: not a format this importer reads; use one of "
+                            f"{', '.join(sorted(KIND_BY_NAME))}")
+    return kind
+
+
+def kinds_for(suffix: str) -> list[Kind]:
+    """The kinds whose files may end in `suffix`, in the table's order."""
+    return [kind for kind in KINDS if suffix.lower() in kind.suffixes]
+
+
+def detect(probe: Probe, candidates: list[Kind]) -> Kind | None:
+    """The first candidate that recognises what `probe` looks at."""
+    for kind in candidates:
+        if kind.sniff is None or kind.sniff(probe):
+            return kind
+    return None
+
+
+def detect_folder(folder: Path) -> Kind | None:
+    """The export kind of an unzipped export folder, or None for a folder of writing to walk."""
+    probe = Probe(folder)
+    try:
+        return detect(probe, [kind for kind in KINDS if kind.folder])
+    finally:
+        probe.close()

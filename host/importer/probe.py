@@ -1,0 +1,49 @@
+"""What detection looks at to tell a file's kind (see `kinds`), read only as far as a sniff asks."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from host.importer.archive import Archive, open_archive
+from host.importer.errors import ImporterError
+
+SNIFF_BYTES = 4096
+
+
+class Probe:
+    """What detection may look at, read only when a sniff asks: a file's first bytes, or the names
+    and members of a zip or folder. Detection never fails: what cannot be read is not recognised."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @functools.cached_property
+    def head(self) -> bytes:
+        """The file's first SNIFF_BYTES (b"" for a folder, or a file that cannot be read)."""
+        try:
+            with self.path.open("rb") as handle:
+                return handle.read(SNIFF_BYTES)
+        except OSError:
+            return b""
+
+    @functools.cached_property
+    def archive(self) -> Archive | None:
+        """The zip file or folder, to look into; None when it is neither."""
+        try:
+            return open_archive(self.path)
+        except (ImporterError, OSError):
+            return None
+
+    def member_head(self, name: str) -> bytes:
+        """A member's first SNIFF_BYTES (b"" when it is missing or cannot be read)."""
+        if self.archive is None:
+            return b""
+        try:
+            return self.archive.read(name)[:SNIFF_BYTES]
+        except ImporterError:
+            return b""
+
+    def close(self) -> None:
+        if "archive" in self.__dict__ and self.archive is not None:
+            self.archive.close()
