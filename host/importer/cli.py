@@ -34,6 +34,8 @@ from host.importer.pipeline import (
     import_library,
 )
 from host.importer.progress import BarProgress, wants_bar
+from host.importer.website.addresses import is_web_address
+from host.importer.website.crawler import DEFAULT_CONCURRENCY, DEFAULT_DELAY, DEFAULT_MAX_PAGES, CrawlSettings
 
 CACHE_SUFFIX = ".embeddings-cache.sqlite"
 REMOTE_CONCURRENCY = 4  # requests in flight to an embedding service, by default
@@ -55,10 +57,17 @@ the old file as it was."""
 def _formats() -> str:
     """The formats, from the kinds' table: each file's is found by its name and content."""
     lines = [f"  {kind.name:<10} {kind.describes}" for kind in KINDS]
+    lines.append(f"  {'website':<10} a SOURCE that is an http(s) URL: https://site/ or its sitemap.xml (see below)")
     return "formats (found by each file's name and content; --format NAME to name one):\n" + "\n".join(lines)
 
 
 EPILOG = _formats() + """
+
+a website (https://site/, https://site/blog/ or https://site/sitemap.xml):
+  each HTML page's main text, with the page's URL. The pages are those of its sitemap (robots.txt's
+  Sitemap lines, else /sitemap.xml; an index too), else those reached by links from the start page;
+  only within the start's origin and folder; robots.txt honoured. A re-run asks with ETag and
+  Last-Modified (304: nothing read or embedded again); an interrupted crawl continues where it stopped.
 
 where the file goes:
   --out libraries/blog.json                    public: served to everyone
@@ -67,6 +76,7 @@ where the file goes:
 
 examples:
   polymath-host import posts/ --out libraries/blog.json --base-url https://example.com/blog/
+  polymath-host import https://example.com/ --out libraries/site.json --max-pages 500
   polymath-host import feed.xml notes/ --out libraries/site.json --base-url https://example.com/
   polymath-host import drafts/ --out drafts.json --access-tag unpublished --base-url https://example.com/
   polymath-host import docs/ --out libraries/docs.json \\
@@ -121,9 +131,14 @@ def default_concurrency(embedder: Embedder) -> int:
 EmbedderOpener = Callable[..., Embedder]  # open_embedder's signature
 
 
+def source_argument(text: str) -> Path | str:
+    """A SOURCE: a website's URL stays a string (a Path would fold its `//`), anything else is a path."""
+    return text if is_web_address(text) else Path(text)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("sources", nargs="+", type=Path, metavar="SOURCE",
-                        help="a file or folder of writing, or an export (see the formats below)")
+    parser.add_argument("sources", nargs="+", type=source_argument, metavar="SOURCE",
+                        help="a file or folder of writing, an export, or a website's URL (see the formats below)")
     parser.add_argument("--out", type=Path, required=True, metavar="FILE",
                         help="the library file to write (.json), e.g. libraries/blog.json; "
                              "with --access-tag, a file name: see below")
@@ -172,6 +187,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the embeddings cache (default: the output's path + {CACHE_SUFFIX})")
     parser.add_argument("--no-cache", action="store_true", help="embed every chunk, keep no cache")
     parser.add_argument("--quiet", action="store_true", help="no progress bar (it is shown only on a terminal)")
+    site = parser.add_argument_group("a website SOURCE")
+    site.add_argument("--max-pages", type=int, default=DEFAULT_MAX_PAGES, metavar="N",
+                      help=f"import at most N pages of a website (default {DEFAULT_MAX_PAGES:,}); the summary says "
+                           "how many more it found")
+    site.add_argument("--crawl-concurrency", type=int, default=DEFAULT_CONCURRENCY, metavar="N",
+                      help=f"requests to the site at once (default {DEFAULT_CONCURRENCY})")
+    site.add_argument("--crawl-delay", type=float, default=DEFAULT_DELAY, metavar="SECONDS",
+                      help=f"at least this long between the starts of two requests (default {DEFAULT_DELAY:g}: "
+                           f"{1 / DEFAULT_DELAY:g} a second at most); a longer Crawl-delay in robots.txt wins")
 
 
 def register(subparsers: Any, open_embedder: EmbedderOpener = open_embedder) -> argparse.ArgumentParser:
@@ -247,7 +271,9 @@ def import_command(args: argparse.Namespace, open_embedder: EmbedderOpener = ope
                                 cache=cache, access_tag=access_tag,
                                 concurrency=args.embedder_concurrency or default_concurrency(embedder),
                                 format=FORMAT_ALIASES.get(args.format, args.format), include_drafts=args.include_drafts,
-                                include_replies=args.include_replies, include_retweets=args.include_retweets)
+                                include_replies=args.include_replies, include_retweets=args.include_retweets,
+                                crawl=CrawlSettings(concurrency=args.crawl_concurrency, delay=args.crawl_delay,
+                                                    max_pages=args.max_pages))
         progress: Progress = BarProgress() if wants_bar(args.quiet) else NoProgress()
         report = import_library(args.sources, out, embedder, options, progress, _say)
     except ImporterError as problem:

@@ -30,7 +30,8 @@ def file_key(source: SourceFile, data: bytes, base_url: str | None, chunk_tokens
     """Everything a file's chunks depend on, hashed: same key, same chunks (see `cache`)."""
     digest = hashlib.sha256()
     for part in (importer_fingerprint(), model, str(chunk_tokens), base_url or "", source.kind, source.relative,
-                 str(source.path.resolve()) if base_url is None else "", "drafts" if include_drafts else ""):
+                 str(source.path.resolve()) if base_url is None and source.url is None else "",
+                 "drafts" if include_drafts else ""):
         digest.update(part.encode("utf-8") + b"\0")
     digest.update(hashlib.sha256(data).digest())
     return digest.digest()

@@ -1,7 +1,8 @@
 """`import_library`: the whole import, given an embedder. Reading, chunking, embedding, writing.
 
 1. Find the files (`sources`) and read each into documents (`readers`). A file that cannot be read
-   is one line naming it; the others are still imported, and the report says it failed.
+   is one line naming it; the others are still imported, and the report says it failed. A website
+   SOURCE is crawled first (`website`), each page then read like an HTML file.
 2. Chunk each document (`chunking`) with the embedder's own token counter; each chunk becomes a
    bit whose URL is the page's (`urls`) plus its heading anchor. A bit repeated at the same URL
    (same canonical id) is kept once. A file unchanged since the last run (same bytes, path,
@@ -18,11 +19,12 @@ Nothing reaches `out` unless every step succeeded: an error or Ctrl-C leaves the
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -39,6 +41,8 @@ from host.importer.reading import FileRead, ReadSettings, read_files
 from host.importer.report import ImportReport
 from host.importer.sources import SourceFile, find_sources
 from host.importer.urls import check_base_url
+from host.importer.website.crawler import CrawlSettings
+from host.importer.website.source import read_site
 from host.library.canonical import canonical_id
 from host.library.embeddings import encode_embedding
 from host.library.format import FORMAT_VERSION
@@ -50,8 +54,12 @@ DEFAULT_BATCH_SIZE = 64
 
 
 class Progress(Protocol):
-    """What the command line shows while an import runs (see `progress.py`): files read, while chunks
-    are embedded; then the chunks left to embed (`embedding(total, done)`)."""
+    """What the command line shows while an import runs (see `progress.py`): a website's pages as they
+    are crawled; files read, while chunks are embedded; then the chunks left to embed (`embedding(total, done)`)."""
+
+    def crawling(self, site: str) -> None: ...
+
+    def page_crawled(self) -> None: ...
 
     def reading(self, files: int) -> None: ...
 
@@ -65,6 +73,9 @@ class Progress(Protocol):
 
 
 class NoProgress:
+    def crawling(self, site: str) -> None: ...
+
+    def page_crawled(self) -> None: ...
     def reading(self, files: int) -> None: ...
 
     def file_read(self) -> None: ...
@@ -95,6 +106,7 @@ class ImportOptions:
     include_drafts: bool = False  # drafts and unpublished posts too
     include_replies: bool = False  # X replies to other people, Medium responses
     include_retweets: bool = False
+    crawl: CrawlSettings = field(default_factory=CrawlSettings)  # a website SOURCE: requests at once, delay, --max-pages
 
 
 @dataclass
@@ -106,7 +118,7 @@ class _Bit:
 
 
 def import_library(
-    sources: Sequence[Path],
+    sources: Sequence[Path | str],
     out: Path,
     embedder: Embedder,
     options: ImportOptions = ImportOptions(),
@@ -129,7 +141,9 @@ def import_library(
     # Posts for paying or signed-in readers only go into a library served only to tokens with a tag.
     exports = ExportOptions(include_drafts=options.include_drafts, include_replies=options.include_replies,
                             include_retweets=options.include_retweets, include_private=options.access_tag is not None)
-    found = find_sources(list(sources), options.format, exports)
+    site_reader = functools.partial(read_site, cache=options.cache, settings=options.crawl, progress=progress, say=say,
+                                    reports=report.crawls)
+    found = find_sources(list(sources), options.format, exports, site_reader)
     guarded = GuardedEmbedder(embedder)
     report.skipped_by_suffix, report.not_feeds = found.skipped_by_suffix, found.not_feeds
     report.drafts, report.skipped = found.skipped.pop("draft", 0), found.skipped

@@ -1,4 +1,5 @@
-"""The progress bar on stderr: files read (and chunks embedded meanwhile), then chunks embedded with chunks/s (tqdm).
+"""The progress bar on stderr: a website's pages crawled (no total: a crawl finds its pages as it goes),
+files read (and chunks embedded meanwhile), then chunks embedded with chunks/s (tqdm).
 
 Shown only on a terminal and without --quiet, so logs and pipes get the summary lines alone.
 """
@@ -25,6 +26,12 @@ class BarProgress:
         self.close()
         self._bar = self._tqdm(file=self._stream, leave=False, dynamic_ncols=True, mininterval=self._refresh_seconds,
                                **options)
+
+    def crawling(self, site: str) -> None:
+        self._replace(total=None, unit=" pages", desc=f"crawling {site}")
+
+    def page_crawled(self) -> None:
+        self._bar.update(1)
 
     def reading(self, files: int) -> None:
         self._files = files

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from host.importer.exports import SKIPS
+from host.importer.website.crawler import CrawlReport
 
 
 @dataclass
@@ -33,6 +34,7 @@ class ImportReport:
     seconds: float = 0.0  # the whole import
     read_seconds: float = 0.0  # finding, reading and chunking the files
     embed_seconds: float = 0.0  # embedding what the cache did not hold
+    crawls: list[CrawlReport] = field(default_factory=list)  # one per website SOURCE (said when its crawl ends)
 
     def summary(self) -> list[str]:
         """What happened, in a few lines for the publisher."""

@@ -11,12 +11,16 @@ not walked. `--format NAME` gives every SOURCE named that kind instead.
 
 An export becomes one `SourceFile` per post (`exports`). An export that cannot be read at all is
 one line in `Found.failed`; a post of it that cannot be read is one line too, the others imported.
+
+A SOURCE that is an http(s) URL (a string, not a path) is a website: `read_site` (the pipeline's
+`website.source.read_site`) crawls it into one `SourceFile` per page, its `url` the page's own.
 """
 
 from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -25,6 +29,7 @@ from host.importer.exports import ExportOptions
 from host.importer.kinds import MARKDOWN_SUFFIXES, Kind, detect, detect_folder, kind_named, kinds_for
 from host.importer.probe import Probe
 from host.importer.readers import fallback_title
+from host.importer.website.addresses import is_web_address
 
 __all__ = ["MARKDOWN_SUFFIXES", "Found", "SourceFile", "find_sources"]
 
@@ -34,23 +39,29 @@ class SourceFile:
     """A file to import, or one post of an export. `relative` is its path under the SOURCE it was
     found in, with `/` separators (for a SOURCE that is a file: its name; for a post, the export's
     followed by `/` and `member`); URLs and cache keys are made from it. A post's bytes are `data`,
-    taken out of the export when it was found."""
+    taken out of the export when it was found. A page of a website has its `url` (also its
+    `relative`), its bytes in `data`, and no `path` to speak of (`Path()`)."""
 
     path: Path
     relative: str
     kind: str
     member: str | None = None  # where in the export at `path` the post is (a zip member, `item 3 (hello)`)
     data: bytes | None = None
+    url: str | None = None  # a web page's URL: the page's URL in the library, whatever --base-url says
 
     @property
     def name(self) -> str:
-        """How messages name it: the file, or the export and the post in it."""
+        """How messages name it: the file, or the export and the post in it, or the page's URL."""
+        if self.url is not None:
+            return self.url
         return str(self.path) if self.member is None else f"{self.path}: {self.member}"
 
     def load(self) -> bytes:
         return self.data if self.data is not None else self.path.read_bytes()
 
     def fallback_title(self) -> str:
+        if self.url is not None:
+            return fallback_title(PurePosixPath(self.url.split("?", 1)[0].rstrip("/")))
         return fallback_title(PurePosixPath(self.member) if self.member else self.path)
 
 
@@ -63,9 +74,13 @@ class Found:
     failed: list[str] = field(default_factory=list)  # "path: problem" for exports (or their posts) that failed
 
 
-def find_sources(sources: list[Path], format: str | None = None, options: ExportOptions | None = None) -> Found:
-    """Every file (and export post) to import under `sources`, in the order given; a file reached
-    twice is read once. `format`: the kind to read every SOURCE as, instead of detecting it.
+SiteReader = Callable[[str], tuple[list[SourceFile], list[str]]]  # a website's pages, and its failures' lines
+
+
+def find_sources(sources: Sequence[Path | str], format: str | None = None, options: ExportOptions | None = None,
+                 read_site: SiteReader | None = None) -> Found:
+    """Every file (and export post, and web page) to import under `sources`, in the order given; a file
+    reached twice is read once. `format`: the kind to read every SOURCE file as, instead of detecting it.
 
     Raises ImporterError for a SOURCE that does not exist, or that `format` cannot read: a mistyped
     path must not quietly publish a library without that writing.
@@ -74,7 +89,15 @@ def find_sources(sources: list[Path], format: str | None = None, options: Export
     found = Found()
     seen: set[Path] = set()
     forced = kind_named(format) if format else None
-    for source in sources:
+    for given in sources:
+        if isinstance(given, str) and is_web_address(given):
+            if read_site is None:
+                raise ImporterError(f"{given}: a website; this import reads files only")
+            pages, failed = read_site(given)
+            found.files.extend(pages)
+            found.failed.extend(failed)
+            continue
+        source = Path(given)
         if not source.exists():
             raise ImporterError(f"{source}: does not exist")
         if forced is not None:

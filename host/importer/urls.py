@@ -8,6 +8,7 @@
 - Without `--base-url`: the file's own `file:` URL, which opens the source on this machine; good for
   trying a library locally, but it shows local paths, so the command warns before publishing such
   a library. Absolute document URLs are still used as they are.
+- A page of a website: the URL it was crawled at (after redirects), or its own canonical link.
 - The section's heading anchor is added as the fragment (`#setup`; `#page=3` in a PDF).
 """
 
@@ -41,6 +42,8 @@ def page_url(source: SourceFile, base_url: str | None, own_url: str | None = Non
     """The URL of a document's page, without a fragment."""
     if own_url and is_absolute(own_url):
         return own_url
+    if source.url is not None:
+        return source.url
     if base_url is None:
         return source.path.resolve().as_uri()
     if own_url:
