@@ -3,9 +3,10 @@
 Exports (Substack's, Medium's, an X archive) arrive as a zip, and many people unzip them first
 (Safari does it on download). `open_archive` gives either as an `Archive`: member names with `/`
 separators relative to the export's root, and their bytes. A zip whose members all sit in one top
-folder (a zip of the unzipped folder) is read from inside that folder; macOS's `__MACOSX/` and
-hidden members are never listed. A member's bytes are checked as the zip is read (zipfile checks
-each member's CRC-32): a damaged member is an ImporterError naming it, the others still read.
+folder (a zip of the unzipped folder) is read from inside that folder when the layout's marker
+file is found there; macOS's `__MACOSX/` and hidden members are never listed. A member's bytes
+are checked as the zip is read (zipfile checks each member's CRC-32): a damaged member is an
+ImporterError naming it, the others still read.
 Nothing is ever extracted to disk, so a member's name cannot reach outside the export.
 """
 
@@ -37,6 +38,11 @@ class Archive:
         """The member's bytes; ImporterError (naming it) when it is missing, damaged or too large."""
         raise NotImplementedError
 
+    def first_in(self, folder: str, suffix: str) -> str | None:
+        """The first file (by name) directly in `folder` (ending in `/`) whose name ends in `suffix`."""
+        return next((name for name in self.names() if name.startswith(folder) and "/" not in name[len(folder):]
+                     and name.endswith(suffix)), None)
+
     def close(self) -> None:
         """Release the file; an archive is closed once its export has been read."""
 
@@ -46,25 +52,33 @@ def _listed(name: str) -> bool:
     return parts[0] != "__MACOSX" and not any(part.startswith(".") for part in parts if part)
 
 
+def _holds(members: dict[str, zipfile.ZipInfo], name: str) -> bool:
+    """Whether `name` is one of `members`, or a folder of them when it ends in `/`."""
+    return any(member.startswith(name) for member in members) if name.endswith("/") else name in members
+
+
 class ZipArchive(Archive):
-    def __init__(self, path: Path) -> None:
+    """A zip's members. When they all sit in one top folder and the layout's `marker` (a file, or a
+    folder ending in `/`) is found inside it rather than at the top, names are read from inside it."""
+
+    def __init__(self, path: Path, marker: str | None = None) -> None:
         try:
             self._zip = zipfile.ZipFile(path)
         except zipfile.BadZipFile as problem:
             raise ImporterError(f"not a readable zip file ({problem})") from None
-        members = [info for info in self._zip.infolist() if not info.is_dir() and _listed(info.filename)]
-        tops = {info.filename.split("/", 1)[0] for info in members}
-        nested = len(tops) == 1 and all("/" in info.filename for info in members)
-        self._root = f"{tops.pop()}/" if nested else ""
-        self._members = {info.filename[len(self._root):]: info for info in members}
+        members = {info.filename: info for info in self._zip.infolist() if not info.is_dir() and _listed(info.filename)}
+        tops = {name.split("/", 1)[0] for name in members}
+        if marker is not None and len(tops) == 1 and all("/" in name for name in members) and not _holds(members, marker):
+            top = f"{tops.pop()}/"
+            inside = {name[len(top):]: info for name, info in members.items()}
+            members = inside if _holds(inside, marker) else members
+        self._members = members
 
     def names(self) -> list[str]:
         return sorted(self._members)
 
     def has(self, name: str) -> bool:
-        if name.endswith("/"):
-            return any(member.startswith(name) for member in self._members)
-        return name in self._members
+        return _holds(self._members, name)
 
     def read(self, name: str) -> bytes:
         info = self._members.get(name)
@@ -112,6 +126,15 @@ class FolderArchive(Archive):
         target = self._root / name
         return target.is_dir() if name.endswith("/") else target.is_file()
 
+    def first_in(self, folder: str, suffix: str) -> str | None:
+        # One folder listed, not the whole tree: detection asks this of folders it walks.
+        try:
+            names = sorted(entry.name for entry in os.scandir(self._root / folder) if entry.is_file()
+                           and entry.name.endswith(suffix) and _listed(entry.name))
+        except OSError:
+            return None
+        return folder + names[0] if names else None
+
     def read(self, name: str) -> bytes:
         target = self._root / name
         try:
@@ -124,8 +147,9 @@ class FolderArchive(Archive):
             raise ImporterError(f"{name}: cannot be read ({problem.strerror or problem})") from None
 
 
-def open_archive(path: Path) -> Archive:
-    """The export at `path`: a folder, or a zip file (ImporterError when it is neither)."""
+def open_archive(path: Path, marker: str | None = None) -> Archive:
+    """The export at `path`: a folder, or a zip file (ImporterError when it is neither). `marker`: a
+    file (or folder, ending in `/`) of the export's layout, which says where a zip's root is."""
     if path.is_dir():
         return FolderArchive(path)
-    return ZipArchive(path)
+    return ZipArchive(path, marker)

@@ -22,7 +22,7 @@ from host.importer.sources import SourceFile
 from host.importer.urls import page_url, with_fragment
 
 # Their versions are part of every file's cache key: a new parser may read a file differently.
-PARSER_DISTRIBUTIONS = ("markdown-it-py", "pyyaml", "selectolax", "feedparser", "pypdf")
+PARSER_DISTRIBUTIONS = ("markdown-it-py", "pyyaml", "selectolax", "feedparser", "pypdf", "defusedxml")
 
 
 def file_key(source: SourceFile, data: bytes, base_url: str | None, chunk_tokens: int, model: str,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from host.importer.errors import ImporterError
-from host.importer.exports import Expansion, ExportOptions
+from host.importer.exports import Expansion, ExportOptions, ghost, medium, substack, wordpress, x
 from host.importer.probe import Probe
 from host.importer.readers import Reader, feed, html, markdown, pdf, plain
 
@@ -48,8 +48,18 @@ KINDS: tuple[Kind, ...] = (
     Kind("markdown", markdown.read, MARKDOWN_SUFFIXES, describes="Markdown with front matter"),
     Kind("text", plain.read, frozenset({".txt", ".text"}), describes="plain text"),
     Kind("html", html.read, frozenset({".html", ".htm", ".xhtml"}), describes="an HTML page"),
+    Kind("wordpress", wordpress.read, frozenset({".xml"}), sniff=wordpress.sniff, expand=wordpress.expand,
+         describes="WordPress's export (WXR .xml): published posts and pages"),
     Kind("feed", feed.read, frozenset({".xml", ".rss", ".atom"}), sniff=feed.sniff, describes="an RSS or Atom feed"),
     Kind("pdf", pdf.read, frozenset({".pdf"}), describes="a PDF"),
+    Kind("substack", substack.read, frozenset({".zip"}), sniff=substack.sniff, expand=substack.expand, folder=True,
+         describes="Substack's export zip (posts.csv, posts/*.html); pass --base-url https://NAME.substack.com/"),
+    Kind("medium", medium.read, frozenset({".zip"}), sniff=medium.sniff, expand=medium.expand, folder=True,
+         describes="Medium's export zip (posts/*.html)"),
+    Kind("ghost", ghost.read, frozenset({".json"}), sniff=ghost.sniff, expand=ghost.expand,
+         describes="Ghost's JSON export; pass --base-url https://your.site/"),
+    Kind("x", x.read, frozenset({".zip"}), sniff=x.sniff, expand=x.expand, folder=True,
+         describes="an X (Twitter) archive zip (data/tweets.js): one bit per thread"),
 )
 KIND_BY_NAME = {kind.name: kind for kind in KINDS}
 

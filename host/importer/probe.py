@@ -17,6 +17,7 @@ class Probe:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._archives: dict[str, Archive | None] = {}
 
     @functools.cached_property
     def head(self) -> bytes:
@@ -27,23 +28,27 @@ class Probe:
         except OSError:
             return b""
 
-    @functools.cached_property
-    def archive(self) -> Archive | None:
-        """The zip file or folder, to look into; None when it is neither."""
-        try:
-            return open_archive(self.path)
-        except (ImporterError, OSError):
-            return None
+    def archive(self, marker: str) -> Archive | None:
+        """The zip file or folder, to look into for a layout of which `marker` is a file (or folder,
+        ending in `/`); None when it is neither."""
+        if marker not in self._archives:
+            try:
+                self._archives[marker] = open_archive(self.path, marker)
+            except (ImporterError, OSError):
+                self._archives[marker] = None
+        return self._archives[marker]
 
-    def member_head(self, name: str) -> bytes:
+    def member_head(self, marker: str, name: str) -> bytes:
         """A member's first SNIFF_BYTES (b"" when it is missing or cannot be read)."""
-        if self.archive is None:
+        archive = self.archive(marker)
+        if archive is None:
             return b""
         try:
-            return self.archive.read(name)[:SNIFF_BYTES]
+            return archive.read(name)[:SNIFF_BYTES]
         except ImporterError:
             return b""
 
     def close(self) -> None:
-        if "archive" in self.__dict__ and self.archive is not None:
-            self.archive.close()
+        for archive in self._archives.values():
+            if archive is not None:
+                archive.close()

@@ -42,8 +42,8 @@ class ImportReport:
         if self.drafts:
             skipped.append(f"{self.drafts} draft{'s' * (self.drafts != 1)} skipped (--include-drafts)")
         for reason, count in sorted(self.skipped.items()):
-            what, how = SKIPS[reason]
-            skipped.append(f"{count} {what} skipped ({how})")
+            one, several, how = SKIPS[reason]
+            skipped.append(f"{count} {one if count == 1 else several} skipped ({how})")
         if self.skipped_by_suffix:
             kinds = ", ".join(f"{suffix} {count}" for suffix, count in sorted(self.skipped_by_suffix.items()))
             skipped.append(f"{self.skipped_by_suffix.total()} of unknown kind skipped ({kinds})")

@@ -21,15 +21,15 @@ from typing import Any
 
 from host.importer.errors import ImporterError
 
-# Why a post was left out -> (what the summary calls such posts, how to import them).
+# Why a post was left out -> (what the summary calls one such post, and several, and how to import them).
 SKIPS = {
-    "draft": ("drafts", "--include-drafts"),
-    "private": ("posts for paying or signed-in readers only", "import them with --access-tag"),
-    "reply": ("replies to others", "--include-replies"),
-    "response": ("responses", "--include-replies"),
-    "retweet": ("retweets", "--include-retweets"),
+    "draft": ("draft", "drafts", "--include-drafts"),
+    "private": ("post for paying or signed-in readers", "posts for paying or signed-in readers",
+                "import them with --access-tag"),
+    "reply": ("reply to others", "replies to others", "--include-replies"),
+    "response": ("response", "responses", "--include-replies"),
+    "retweet": ("retweet", "retweets", "--include-retweets"),
 }
-
 
 @dataclass(frozen=True)
 class ExportOptions:

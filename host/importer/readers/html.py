@@ -81,13 +81,32 @@ def fragment_text(html: str) -> str:
     return "\n\n".join(blocks)
 
 
-def outline_of(html: str, title: str) -> Outline:
-    """An HTML fragment (a feed item's content) read into an outline under `title`."""
+def outline_of(html: str, title: str, drop: tuple[str, ...] = ()) -> Outline:
+    """An HTML fragment (a feed item's content) read into an outline under `title`, without the
+    elements matching the CSS selectors `drop` (a service's buttons and sign-up boxes)."""
     outline = Outline(title, title_is_fallback=False)
-    root = _parser(html).body
+    root = parse(html).body
     if root is not None:
+        without(root, drop)
         add_html(root, outline)
     return outline
+
+
+def parse(html: str) -> Any:
+    """The document tree of `html` (selectolax's Lexbor parser)."""
+    return _parser(html)
+
+
+def without(node: Any, selectors: tuple[str, ...]) -> None:
+    """Remove from `node` every element matching one of the CSS `selectors`."""
+    for selector in selectors:
+        for found in node.css(selector):
+            found.decompose()
+
+
+def text_of(node: Any) -> str:
+    """An element's text on one line, whitespace collapsed ("" for None)."""
+    return _WHITESPACE.sub(" ", node.text(deep=True)).strip() if node is not None else ""
 
 
 def _meta(tree: Any, selector: str) -> str | None:
