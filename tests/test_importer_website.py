@@ -9,6 +9,7 @@ a test needs. What the crawler asked for is read back from the server's own requ
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -40,6 +41,7 @@ from host.importer import ImportOptions, ImportReport, import_library
 from host.importer.cli import main
 from host.importer.embedding import Embedder
 from host.importer.errors import ImporterError
+from host.importer.website.addresses import NotAWebAddress, Scope, canonical
 from host.importer.website.crawler import CrawlSettings
 from host.service.harness import free_port
 
@@ -200,6 +202,21 @@ def test_a_page_that_is_not_in_the_charset_it_declares_is_named_and_the_rest_imp
     assert pages_of(out) == [site.url + "/", site.url + "/good.html"]
 
 
+def test_a_gzipped_sitemap_given_as_the_source_lists_the_pages(tmp_path):
+    port = free_port()
+    origin = f"http://127.0.0.1:{port}"
+    folder = tmp_path / "site"
+    folder.mkdir()
+    (folder / "a.html").write_text(page("A", FACTS["/"]))
+    (folder / "b.html").write_text(page("B", FACTS["/about.html"]))
+    (folder / "sitemap.xml.gz").write_bytes(gzip.compress(urlset(origin, ["/b.html", "/a.html"]).encode()))
+    with serving(folder, port=port) as site:
+        report = run(site.url + "/sitemap.xml.gz", tmp_path / "site.json")
+        assert site.requested("/robots.txt") == [404]  # no robots.txt: everything allowed
+    assert pages_of(tmp_path / "site.json") == [origin + "/b.html", origin + "/a.html"]
+    assert report.crawls[0].sitemap == origin + "/sitemap.xml.gz"
+
+
 def test_the_command_imports_a_site_and_says_what_it_skipped(harbour, tmp_path, capsys):
     out = tmp_path / "harbour.json"
     code = main([harbour.url + "/", "--out", str(out), "--crawl-delay", "0", "--crawl-concurrency", "2",
@@ -297,3 +314,18 @@ def test_an_interrupted_crawl_resumes_where_it_stopped(tmp_path):
     assert set(asked_again) == set(pages) - answered  # robots.txt and the sitemaps too were kept
     assert f"{len(answered)} from the interrupted run" in second.stderr
     assert pages_of(out) == [origin + path for path in pages]
+
+
+def test_two_spellings_of_one_page_are_one_address():
+    same = ["HTTP://Example.COM:80/a/./b/../c.html#part", "http://example.com/a/c.html",
+            "http://example.com/a/%63.html", "/a/c.html"]
+    assert {canonical(spelling, "http://example.com/x/") for spelling in same} == {"http://example.com/a/c.html"}
+    assert canonical("https://example.com") == "https://example.com/"
+    assert canonical("https://example.com:8443/a b?q=1&r=%2f") == "https://example.com:8443/a%20b?q=1&r=%2F"
+    assert canonical("../up/", "https://example.com/blog/post/") == "https://example.com/blog/up/"
+    for not_a_page in ["mailto:ingrid@example.com", "javascript:void(0)", "ftp://example.com/"]:
+        with pytest.raises(NotAWebAddress):
+            canonical(not_a_page)
+    blog = Scope.of_start("https://example.com/blog/post.html")
+    assert blog.prefix == "/blog/" and blog.holds("https://example.com/blog/2024/x.html")
+    assert not blog.holds("https://example.com/about.html") and not blog.holds("http://example.com/blog/")
