@@ -84,8 +84,9 @@ def test_a_site_with_a_sitemap_index_imports_its_allowed_pages_in_order_and_says
     crawl = report.crawls[0]
     assert crawl.sitemap == harbour.url + "/sitemap_index.xml"
     assert (crawl.pages, crawl.redirects, report.failed) == (6, 1, [])
-    assert ("skipped 4 URLs: 1 forbidden by robots.txt, 1 off-site, 1 not found (404/410), 1 not HTML"
+    assert ("skipped 5 URLs: 1 forbidden by robots.txt, 2 off-site, 1 not found (404/410), 1 not HTML"
             in lines)
+    assert harbour.requested("/sitemaps/other.xml") == []  # listed by the index, but on another origin
     assert harbour.requested("/posts") == [301] and harbour.requested("/posts/lost.html") == [404]
     assert harbour.requested("/private/keys.html") == [] and harbour.requested("/images/lamp.png") == []
     assert all(harbour.requested(path) == [200] for path in FACTS)  # each page asked for once
@@ -224,7 +225,7 @@ def test_the_command_imports_a_site_and_says_what_it_skipped(harbour, tmp_path, 
     said = capsys.readouterr().err
     assert code == 0, said
     assert f"crawled {harbour.url}/ (sitemap {harbour.url}/sitemap_index.xml): 6 pages, 1 redirect followed" in said
-    assert "skipped 4 URLs: 1 forbidden by robots.txt" in said
+    assert "skipped 5 URLs: 1 forbidden by robots.txt" in said
     assert len(pages_of(out)) == 6
 
 

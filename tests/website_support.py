@@ -7,7 +7,7 @@ Either way each request is logged by http.server, and `Site.requests()` reads th
 (path, status) pairs, so a test sees what the crawler asked for and what it was answered.
 
 `write_site(folder, origin)` writes a small blog whose every page has one fact no other page
-has: a sitemap index of two sitemaps, a robots.txt forbidding `/private/`, a link to `/posts`
+has: a sitemap index of two sitemaps (and one on another origin), a robots.txt forbidding `/private/`, a link to `/posts`
 (which http.server itself redirects, 301, to `/posts/`), a page that is not there (404), a
 picture, and a page linking off the site.
 """
@@ -122,8 +122,9 @@ def urlset(origin: str, paths: list[str]) -> str:
             f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n{entries}</urlset>\n')
 
 
-def sitemap_index(origin: str, paths: list[str]) -> str:
-    entries = "".join(f"  <sitemap><loc>{origin}{path}</loc></sitemap>\n" for path in paths)
+def sitemap_index(origin: str, paths: list[str], elsewhere: tuple[str, ...] | list[str] = ()) -> str:
+    entries = "".join(f"  <sitemap><loc>{location}</loc></sitemap>\n"
+                      for location in [*(origin + path for path in paths), *elsewhere])
     return ('<?xml version="1.0" encoding="UTF-8"?>\n'
             f'<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n{entries}</sitemapindex>\n')
 
@@ -153,7 +154,9 @@ def write_site(folder: Path, origin: str, *, sitemap: bool = True) -> Path:
     if sitemap:
         robots += f"\nSitemap: {origin}/sitemap_index.xml\n"
         (folder / "sitemaps").mkdir(exist_ok=True)
-        (folder / "sitemap_index.xml").write_text(sitemap_index(origin, ["/sitemaps/pages.xml", "/sitemaps/posts.xml"]))
+        elsewhere = origin.replace("127.0.0.1", "localhost")  # this very server, but another origin
+        (folder / "sitemap_index.xml").write_text(sitemap_index(origin, ["/sitemaps/pages.xml", "/sitemaps/posts.xml"],
+                                                                [f"{elsewhere}/sitemaps/other.xml"]))
         (folder / "sitemaps" / "pages.xml").write_text(urlset(origin, ["/", "/about.html", "/private/keys.html"]))
         (folder / "sitemaps" / "posts.xml").write_text(urlset(origin, [
             "/posts", "/posts/barnacles.html", "/posts/foghorn.html", "/posts/moonfish.html", "/posts/lost.html",

@@ -293,6 +293,9 @@ class _Crawl:
             if url in visited:
                 continue
             visited.add(url)
+            if not self.scope.same_origin(url):
+                self.report.skipped[OFF_SITE] += 1  # a sitemap elsewhere is not asked for
+                continue
             if given is not None and url == given.url:
                 answer: Answer | None = given
             else:

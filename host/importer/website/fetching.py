@@ -106,7 +106,6 @@ class Fetcher:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _once(self, url: str, headers: dict[str, str], want: Callable[[str], bool]) -> tuple[Answer, float | None]:
-        self.requests += 1
         with self._client.stream("GET", url, headers=headers) as response:
             found = response.headers
             content_type = found.get("Content-Type", "")
@@ -133,6 +132,7 @@ class Fetcher:
             now = time.monotonic()
             turn = max(now, self._next_turn)
             self._next_turn = turn + self.delay
+            self.requests += 1
         self._pause(turn - now)
 
     def _pause(self, seconds: float) -> None:
