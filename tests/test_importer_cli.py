@@ -63,7 +63,9 @@ def test_import_writes_the_library_and_says_what_it_did(site, capsys):
     assert err[1].startswith(f"{len(library['bits'])} chunks, ")
     assert f"embedded {len(library['bits'])} " in err[1] and err[1].endswith("reused 0 from the cache")
     assert err[2].startswith(f"wrote libraries/site.json: {len(library['bits'])} bits of test:hashing-64 in ")
-    assert len(err) == 3
+    assert err[3] == ("note: images in folders are not read (1 here); to read scanned pages by OCR, name them as "
+                      "sources (e.g. scans/*.png)")
+    assert len(err) == 4
     assert Path("libraries/site.json.embeddings-cache.sqlite").is_file()
 
 

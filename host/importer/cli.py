@@ -78,6 +78,8 @@ examples:
   polymath-host import posts/ --out libraries/blog.json --base-url https://example.com/blog/
   polymath-host import https://example.com/ --out libraries/site.json --max-pages 500
   polymath-host import feed.xml notes/ --out libraries/site.json --base-url https://example.com/
+  polymath-host import book.epub essay.docx --out libraries/books.json
+  polymath-host import scans/*.png letters.pdf --out libraries/archive.json   (scanned pages: the ocr extra)
   polymath-host import drafts/ --out drafts.json --access-tag unpublished --base-url https://example.com/
   polymath-host import docs/ --out libraries/docs.json \\
       --embedder-url http://localhost:11434/v1 --embedder-model nomic-embed-text --chunk-tokens 500"""

@@ -1,6 +1,7 @@
 """Embed an import's new texts: by token length within a window, several calls at once, each call cached as it lands.
 
-Texts arrive as files are read (`add`). Once `window` texts wait (and at `finish`) they are sorted
+Texts arrive as files are read (`add`). Once `window` texts wait (and at `finish`, or when reading
+is about to be slow and the embedder has a run free: `keep_busy`) they are sorted
 by token count and cut into calls of `batch_size` texts, so the texts of a call are of one length
 and the local model pads little; with `bucketing` off, calls take texts in the order they came.
 Up to `concurrency` calls run at once in worker threads (the local model's runs on separate cores,
@@ -57,6 +58,13 @@ class EmbeddingQueue:
         if len(self._waiting) >= self.window:
             self._send_waiting()
         self._collect(block=False)
+
+    def keep_busy(self) -> None:
+        """Reading is about to take a while (a page to OCR): send what waits if a run is free, rather than
+        leave the embedder idle until a window fills."""
+        self._collect(block=False)
+        if self._waiting and len(self._calls) < self.concurrency:
+            self._send_waiting()
 
     def finish(self) -> dict[bytes, np.ndarray]:
         """Send what waits, wait for every call, cache it; the vectors by text key."""

@@ -1,4 +1,4 @@
-"""The importer's one error type, and the check that names the `import` extra when a library is missing."""
+"""The importer's one error type, and the check that names the extra (`import`, `ocr`) when a library is missing."""
 
 from __future__ import annotations
 
@@ -10,21 +10,25 @@ from host.importer.document import Document
 EXTRA_HINT = "pip install 'polymath-host[import]'"
 
 
+def extra_hint(extra: str) -> str:
+    return f"pip install 'polymath-host[{extra}]'"
+
+
 class ImporterError(Exception):
     """A problem the publisher can fix; its message is one line and names the file or option."""
 
 
 class MissingExtra(ImporterError):
-    """A library of the `import` extra is not installed: every file of that kind would fail, so stop."""
+    """A library of an extra (or a program it runs) is not installed: every file of that kind would fail, so stop."""
 
 
-def require(module: str, purpose: str) -> ModuleType:
-    """Import a module of the `import` extra, or say in one line how to install it."""
+def require(module: str, purpose: str, extra: str = "import") -> ModuleType:
+    """Import a module of the `import` extra (or of `extra`), or say in one line how to install it."""
     try:
         return importlib.import_module(module)
     except ImportError:
         raise MissingExtra(
-            f"{purpose} needs {module.split('.')[0]}, part of the `import` extra: {EXTRA_HINT}"
+            f"{purpose} needs {module.split('.')[0]}, part of the `{extra}` extra: {extra_hint(extra)}"
         ) from None
 
 

@@ -3,6 +3,10 @@
 A file's chunks depend on its bytes, its path (URLs), its kind, the base URL, the budget, the
 model's tokenizer, and the importer's own code and parsers: `file_key` hashes all of them, the
 code and parser versions through `importer_fingerprint`, so changing any one makes the file new.
+
+`chunk_file` gives a file's chunks in parts: one at each slow step of its reader (a scanned page
+to OCR), so the pages before it are embedded meanwhile, then the last part. A page the reader could
+not read is a line in `problems`; a file with problems is not cached, so a re-run tries it again.
 """
 
 from __future__ import annotations
@@ -11,18 +15,20 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from host.importer.chunking import CountTokens, chunk_document
-from host.importer.document import Document
+from host.importer.document import Read, SlowStep, Unreadable
 from host.importer.errors import Draft
 from host.importer.kinds import KIND_BY_NAME
 from host.importer.sources import SourceFile
 from host.importer.urls import page_url, with_fragment
 
 # Their versions are part of every file's cache key: a new parser may read a file differently.
-PARSER_DISTRIBUTIONS = ("markdown-it-py", "pyyaml", "selectolax", "feedparser", "pypdf", "defusedxml")
+PARSER_DISTRIBUTIONS = ("markdown-it-py", "pyyaml", "selectolax", "feedparser", "pypdf", "defusedxml", "mammoth",
+                        "ebooklib", "pytesseract", "pypdfium2", "pillow")
 
 
 def file_key(source: SourceFile, data: bytes, base_url: str | None, chunk_tokens: int, model: str,
@@ -54,11 +60,22 @@ def importer_fingerprint() -> str:
 
 @dataclass
 class FileChunks:
-    """What one file gave: its documents' count, whether it is a draft, and its bits' text, count, info."""
+    """What one file gave (or a part of it, when `more` follow): its documents' count, whether it is a
+    draft, its bits' text, count and info, and the parts it could not read ("page 3: ...")."""
 
     documents: int = 0
     draft: bool = False
     bits: list[tuple[str, int, dict[str, str]]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    more: bool = False  # further parts of the file follow (never stored)
+
+    def extend(self, part: FileChunks) -> None:
+        """Add a later part of the same file."""
+        self.documents += part.documents
+        self.draft = self.draft or part.draft
+        self.bits.extend(part.bits)
+        self.problems.extend(part.problems)
+        self.more = part.more
 
     def to_json(self) -> str:
         return json.dumps({"documents": self.documents, "draft": self.draft, "bits": self.bits}, ensure_ascii=False)
@@ -69,25 +86,35 @@ class FileChunks:
         return cls(stored["documents"], stored["draft"], [(text, count, info) for text, count, info in stored["bits"]])
 
 
-def read_source(source: SourceFile, data: bytes) -> list[Document]:
+def read_source(source: SourceFile, data: bytes) -> Iterable[Read]:
     """The documents in `data`, the contents of `source` (ImporterError when they are not valid)."""
     return KIND_BY_NAME[source.kind].read(data, source.fallback_title())
 
 
 def chunk_file(source: SourceFile, data: bytes, count_tokens: CountTokens, base_url: str | None,
-               chunk_tokens: int, include_drafts: bool = False) -> FileChunks:
+               chunk_tokens: int, include_drafts: bool = False) -> Iterator[FileChunks]:
+    """The file's chunks: a part (`more` set) at each slow step of its reader, then the last part."""
+    part = FileChunks()
     try:
-        documents = read_source(source, data)
+        reads = read_source(source, data)
     except Draft as draft:
         if not include_drafts:
-            return FileChunks(draft=True)
-        documents = draft.documents
-    chunks = FileChunks(documents=len(documents))
-    for document in documents:
-        url = page_url(source, base_url, document.own_url)
-        for chunk in chunk_document(document, chunk_tokens, count_tokens):
-            info = {"url": with_fragment(url, chunk.anchor), "title": chunk.title}
-            if document.description:
-                info["description"] = document.description
-            chunks.bits.append((chunk.text, chunk.token_count, info))
-    return chunks
+            yield FileChunks(draft=True)
+            return
+        reads = draft.documents
+    for read in reads:
+        if isinstance(read, SlowStep):  # a part even when empty: the embedder may start on earlier files
+            part.more = True
+            yield part
+            part = FileChunks()
+        elif isinstance(read, Unreadable):
+            part.problems.append(f"{read.where}: {read.problem}")
+        else:
+            part.documents += not read.continues
+            url = page_url(source, base_url, read.own_url)
+            for chunk in chunk_document(read, chunk_tokens, count_tokens):
+                info = {"url": with_fragment(url, chunk.anchor), "title": chunk.title}
+                if read.description:
+                    info["description"] = read.description
+                part.bits.append((chunk.text, chunk.token_count, info))
+    yield part

@@ -204,10 +204,21 @@ def _read(files: Sequence[SourceFile], embedder: GuardedEmbedder, base_url: str 
     settings = ReadSettings(base_url, options.chunk_tokens, embedder.model, options.include_drafts)
     reads = read_files(files, settings, embedder.count_tokens, cache.file_keys(), options.second_process,
                        embedder.token_counter())
+    earlier: FileChunks | None = None  # the parts of a file read so far, while its reader goes on slowly
     try:
         for read in reads:
+            if not read.final:
+                assert read.chunks is not None
+                # Its reader goes on with slow work (OCR): embed what it gave meanwhile. Its bits are only
+                # taken once the whole file is read (a file that fails in the end gives none).
+                earlier = earlier or FileChunks()
+                earlier.extend(read.chunks)
+                _queue_texts(read.chunks, vectors, cache, queue)
+                queue.keep_busy()
+                continue
             progress.file_read()
-            chunks = _chunks_of(read, cache, report, say)
+            chunks = _chunks_of(read, earlier, cache, report, say)
+            earlier = None
             if chunks is None:
                 continue
             assert read.key is not None  # a file that was read has its key
@@ -224,17 +235,34 @@ def _read(files: Sequence[SourceFile], embedder: GuardedEmbedder, base_url: str 
     return bits, file_keys, vectors
 
 
-def _chunks_of(read: FileRead, cache: ImportCache, report: ImportReport,
+def _queue_texts(part: FileChunks, vectors: dict[bytes, np.ndarray], cache: ImportCache, queue: EmbeddingQueue) -> None:
+    """A part's texts the cache does not hold, queued to be embedded."""
+    keys = {text_key(text): (text, token_count) for text, token_count, _ in part.bits}
+    vectors.update(cache.get_many(keys.keys() - vectors.keys()))
+    for key, (text, token_count) in keys.items():
+        if key not in vectors:
+            queue.add(key, text, token_count)
+
+
+def _chunks_of(read: FileRead, earlier: FileChunks | None, cache: ImportCache, report: ImportReport,
                say: Callable[[str], None]) -> FileChunks | None:
-    """A file's chunks, read now or taken from the cache; None (said, and counted) if it failed."""
+    """A file's chunks (after the parts read `earlier`), read now or taken from the cache; None (said, and
+    counted) if it failed. Each page it could not read is said and counted too; such a file is not cached."""
     if read.problem is not None:
         report.failed.append(read.problem)
         say(f"error: {read.problem}")
         return None
     assert read.key is not None
     if read.chunks is not None:
-        cache.put_file(read.key, read.chunks.to_json())
-        return read.chunks
+        chunks = earlier or FileChunks()
+        chunks.extend(read.chunks)
+        for problem in chunks.problems:
+            line = f"{read.source.name}: {problem}"
+            report.failed.append(line)
+            say(f"error: {line}")
+        if not chunks.problems:  # a re-run reads such a file again: a page that failed once may read then
+            cache.put_file(read.key, chunks.to_json())
+        return chunks
     stored = cache.get_file(read.key)
     assert stored is not None, "a file's key was known but its chunks are not in the cache"
     report.files_unchanged += 1

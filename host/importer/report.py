@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from host.importer.exports import SKIPS
+from host.importer.kinds import IMAGE_SUFFIXES
 from host.importer.website.crawler import CrawlReport
 
 
@@ -67,6 +68,10 @@ class ImportReport:
             embedded += f" at {self.embedded_texts / self.embed_seconds:.1f} chunks/s"
         lines.append(f"{chunking}; {embedded}, reused {self.reused} from the cache")
         lines.append(f"wrote {self.out}: {self.bits} bits of {self.model} in {self.seconds:.2f} s")
+        images = sum(count for suffix, count in self.skipped_by_suffix.items() if suffix in IMAGE_SUFFIXES)
+        if images:
+            lines.append(f"note: images in folders are not read ({images} here); to read scanned pages by OCR, "
+                         "name them as sources (e.g. scans/*.png)")
         if self.file_urls:
             lines.append("note: without --base-url, bits link to file: URLs on this machine (they show its folder "
                          "paths); pass --base-url https://your.site/ before publishing")

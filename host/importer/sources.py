@@ -7,7 +7,9 @@ file with `.SECRET.` in its name. A file's kind comes from its name and, where n
 its content (`kinds`: a feed is told from other XML by its first element, a WordPress export
 from a feed, an export zip by its layout); files of no kind are skipped and counted by suffix.
 A folder that is an unzipped export (Substack's, Medium's, an X archive) is read as that export,
-not walked. `--format NAME` gives every SOURCE named that kind instead.
+not walked. Images (scanned pages, read by OCR) are read only when named as a SOURCE: in a folder
+they are skipped and counted like files of no kind (`kinds.Kind.named_only`). `--format NAME`
+gives every SOURCE named that kind instead.
 
 An export becomes one `SourceFile` per post (`exports`). An export that cannot be read at all is
 one line in `Found.failed`; a post of it that cannot be read is one line too, the others imported.
@@ -26,7 +28,15 @@ from pathlib import Path, PurePosixPath
 
 from host.importer.errors import ImporterError, MissingExtra
 from host.importer.exports import ExportOptions
-from host.importer.kinds import MARKDOWN_SUFFIXES, Kind, detect, detect_folder, kind_named, kinds_for
+from host.importer.kinds import (
+    MARKDOWN_SUFFIXES,
+    Kind,
+    detect,
+    detect_folder,
+    kind_named,
+    kinds_for,
+    read_only_when_named,
+)
 from host.importer.probe import Probe
 from host.importer.readers import fallback_title
 from host.importer.website.addresses import is_web_address
@@ -89,6 +99,7 @@ def find_sources(sources: Sequence[Path | str], format: str | None = None, optio
     found = Found()
     seen: set[Path] = set()
     forced = kind_named(format) if format else None
+    named = {Path(given).resolve() for given in sources if not isinstance(given, str) or not is_web_address(given)}
     for given in sources:
         if isinstance(given, str) and is_web_address(given):
             if read_site is None:
@@ -112,10 +123,10 @@ def find_sources(sources: Sequence[Path | str], format: str | None = None, optio
                           for path, kind in _walk(source)]
         for path, relative, kind in candidates:
             resolved = path.resolve()
-            if resolved in seen:
-                continue
+            if resolved in seen or (path != source and resolved in named and read_only_when_named(path.suffix)):
+                continue  # an image named as a SOURCE too is read there, never skipped here
             seen.add(resolved)
-            kind = kind or _kind_of_file(path, found)
+            kind = kind or _kind_of_file(path, found, named=path == source)
             if kind is not None:
                 _add(found, path, relative, kind, options)
     return found
@@ -142,10 +153,11 @@ def _walk(root: Path) -> list[tuple[Path, Kind | None]]:
     return sorted(found, key=lambda entry: entry[0].relative_to(root).parts)
 
 
-def _kind_of_file(path: Path, found: Found) -> Kind | None:
-    """The file's kind by its name and content; None (counted) when it is of none."""
+def _kind_of_file(path: Path, found: Found, named: bool) -> Kind | None:
+    """The file's kind by its name and content (some kinds only when `named` as a SOURCE); None (counted)
+    when it is of none."""
     suffix = path.suffix.lower()
-    candidates = kinds_for(suffix)
+    candidates = kinds_for(suffix, named)
     probe = Probe(path)
     try:
         kind = detect(probe, candidates) if candidates else None

@@ -68,8 +68,8 @@ def docs_corpus(count_tokens: Any) -> list[str]:
     texts: list[str] = []
     for path in paths:
         source = SourceFile(path, path.name, "markdown")
-        texts += [text for text, _, _ in chunk_file(source, path.read_bytes(), count_tokens, None,
-                                                     DEFAULT_CHUNK_TOKENS).bits]
+        for part in chunk_file(source, path.read_bytes(), count_tokens, None, DEFAULT_CHUNK_TOKENS):
+            texts += [text for text, _, _ in part.bits]
     return list(dict.fromkeys(texts))  # each text once
 
 

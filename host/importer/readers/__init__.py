@@ -2,18 +2,19 @@
 
 A reader raises `ImporterError` naming what is wrong with the file, or `Draft` for a page its
 author marked unpublished; it never reads anything but the bytes it is given. Which reader reads
-which file is the table in `host.importer.kinds`.
+which file is the table in `host.importer.kinds`. A reader that reads slowly (OCR) yields its
+documents as it goes, with `SLOW_STEP`s and `Unreadable` pages among them (`document.Read`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import PurePath
 
-from host.importer.document import Document
+from host.importer.document import Read
 
-Reader = Callable[[bytes, str], list[Document]]
+Reader = Callable[[bytes, str], Iterable[Read]]
 
 
 def fallback_title(path: PurePath) -> str:

@@ -3,8 +3,9 @@
 The main text is `<main>`, else the page's only `<article>`, else `<body>`, without navigation and
 page furniture: `nav`, `aside`, scripts, styles, forms' controls, embedded frames and images, and
 `header`/`footer` outside an article (an article's own header holds its title). Paragraph-level
-elements start blocks, list items and table rows start lines (`- item`, `a | b`), `<pre>` keeps
-its lines. A heading's anchor is its `id` (or that of an `<a id|name>` inside it).
+elements start blocks, list items and table rows start lines (`- item`, `a | b`; a table is one
+block, and paragraphs inside a cell stay on its row), `<pre>` keeps its lines. A heading's anchor
+is its `id` (or that of an `<a id|name>` inside it).
 
 The title is `<title>`, or the page's first `<h1>` when `<title>` contains it ("Post" for "Post |
 Blog") or there is no `<title>` (see `Outline`); the description is
@@ -147,6 +148,7 @@ class _Reader:
         self.list_items = 0  # inside <li>: blocks within become lines of the list's block
         self.item_mark = ""  # "- " until the text of a new list item begins
         self.articles = 0
+        self.cells = 0  # inside <td>/<th>: blocks within are words of the cell, on the row's line
 
     def end_line(self) -> None:
         text = "".join(self.line)
@@ -179,11 +181,14 @@ class _Reader:
             self.end_line()
             self.list_items += 1
             self.item_mark = "- "
-        elif tag in ("tr", "dt", "dd"):
+        elif tag in ("tr", "dt", "dd", "thead", "tbody", "tfoot"):
             self.end_line()
         elif tag in ("td", "th"):
             if "".join(self.line).strip():
                 self.line.append(" | ")
+            self.cells += 1
+        elif self.cells and tag in BLOCKS and tag != "table":
+            self.line.append(" ")
         elif tag in BLOCKS:
             if self.list_items and tag not in ("ul", "ol", "table"):
                 self.end_line()
@@ -203,9 +208,13 @@ class _Reader:
         elif tag == "li":
             self.end_line()
             self.list_items -= 1
-        elif tag in ("tr", "dt", "dd"):
+        elif tag in ("tr", "dt", "dd", "thead", "tbody", "tfoot"):  # a table's rows stay one block
             self.end_line()
-        elif tag in BLOCKS and tag not in ("td", "th"):
+        elif tag in ("td", "th"):
+            self.cells -= 1
+        elif self.cells and tag in BLOCKS and tag != "table":
+            self.line.append(" ")
+        elif tag in BLOCKS:
             if self.list_items:
                 self.end_line()
             else:
