@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from document_makers import damage_image, pdf_pages, recall, save_scans, scanned_page
 from importer_support import HashingEmbedder, count_words, minimal_pdf
 
 from host.importer import ImportOptions, import_library
+from host.importer.errors import ImporterError
+from host.importer.readers import ocr
 
 BASE = "https://example.com/"
 HARBOUR = ("The harbour master counted forty-two sailboats moored along the northern quay this morning. Gulls "
@@ -165,3 +168,40 @@ def test_scanned_pages_read_in_a_second_process_give_the_same_library_and_the_sa
     assert here[2] == elsewhere[2] == [f"error: {site / 'damaged.pdf'}: page 2: its scanned image cannot be "
                                        "decoded (DCTDecode)"]
     assert not multiprocessing.active_children()
+
+
+@pytest.fixture
+def no_tesseract(monkeypatch):
+    """A machine without the tesseract program (pytesseract looks for it where there is none)."""
+    pytesseract = pytest.importorskip("pytesseract")
+    monkeypatch.setattr(pytesseract.pytesseract, "tesseract_cmd", "/nonexistent/tesseract")
+    ocr._tesseract_version.cache_clear()
+    yield
+    ocr._tesseract_version.cache_clear()
+
+
+def test_without_tesseract_an_image_stops_the_import_saying_what_to_install(tmp_path, no_tesseract):
+    scan = save_scans([scanned_page(HARBOUR)], tmp_path / "harbour.png")
+    out = tmp_path / "out.json"
+    out.write_text("old")
+
+    with pytest.raises(ImporterError) as stopped:
+        run_import([scan], out)
+
+    assert str(stopped.value) == ("OCR needs the tesseract program: apt-get install tesseract-ocr (Debian, Ubuntu) "
+                                  "or brew install tesseract (macOS)")
+    assert out.read_text() == "old"
+
+
+def test_without_tesseract_a_pdfs_scanned_pages_are_named_and_its_text_pages_imported(tmp_path, no_tesseract):
+    typed = minimal_pdf([["This page was typed, and its text layer is read as it is."]])
+    scanned = save_scans([scanned_page(ORCHARD)], tmp_path / "scan.pdf").read_bytes()
+    mixed = tmp_path / "records.pdf"
+    mixed.write_bytes(pdf_pages(typed, scanned))
+
+    _, bits, said = run_import([mixed], tmp_path / "out.json")
+
+    assert said == [f"error: {mixed}: page 2: scanned, with no text layer: reading it needs OCR: pip install "
+                    "'polymath-host[ocr]' and apt-get install tesseract-ocr (Debian, Ubuntu) or brew install tesseract "
+                    "(macOS)"]
+    assert [bit["text"] for bit in bits] == ["This page was typed, and its text layer is read as it is."]

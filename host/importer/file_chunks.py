@@ -23,6 +23,7 @@ from host.importer.chunking import CountTokens, chunk_document
 from host.importer.document import Read, SlowStep, Unreadable
 from host.importer.errors import Draft
 from host.importer.kinds import KIND_BY_NAME
+from host.importer.readers.ocr import tesseract_version
 from host.importer.sources import SourceFile
 from host.importer.urls import page_url, with_fragment
 
@@ -50,6 +51,7 @@ def importer_fingerprint() -> str:
     package = Path(__file__).parent
     for path in sorted(package.rglob("*.py")):
         digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+    digest.update(f"tesseract {tesseract_version()}".encode())  # OCR reads pages as its version does
     for distribution in PARSER_DISTRIBUTIONS:
         try:
             digest.update(f"{distribution}=={importlib.metadata.version(distribution)}".encode())

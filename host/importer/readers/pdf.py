@@ -66,9 +66,10 @@ def _read_pages(title: str, pages: list[Any], scans: _Scans) -> Iterator[Read]:
         yield Document(title, sections, continues=not first)
     if scans.without_ocr:
         numbers = ", ".join(map(str, scans.without_ocr))
-        yield Unreadable(f"page{'s' * (len(scans.without_ocr) > 1)} {numbers}",
-                         f"scanned, with no text layer: reading them needs OCR: {extra_hint('ocr')} and "
-                         f"{TESSERACT_HINT}")
+        several = len(scans.without_ocr) > 1
+        yield Unreadable(f"page{'s' * several} {numbers}",
+                         f"scanned, with no text layer: reading {'them' if several else 'it'} needs OCR: "
+                         f"{extra_hint('ocr')} and {TESSERACT_HINT}")
 
 
 def _pages(pages: list[Any], scans: _Scans) -> Iterator[tuple[int, Page]]:
