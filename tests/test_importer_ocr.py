@@ -205,3 +205,20 @@ def test_without_tesseract_a_pdfs_scanned_pages_are_named_and_its_text_pages_imp
                     "'polymath-host[ocr]' and apt-get install tesseract-ocr (Debian, Ubuntu) or brew install tesseract "
                     "(macOS)"]
     assert [bit["text"] for bit in bits] == ["This page was typed, and its text layer is read as it is."]
+
+
+def test_an_unchanged_scan_is_not_read_again_and_a_new_one_alone_is_ocrd_and_embedded(tmp_path):
+    first = save_scans([scanned_page(HARBOUR), scanned_page(ROPEMAKER)], tmp_path / "scans" / "first.pdf")
+    out, cache = tmp_path / "out.json", tmp_path / "cache.sqlite"
+    run_import([first], out, cache=cache)
+    library = out.read_bytes()
+
+    report, _, _ = run_import([first], out, cache=cache)
+    assert report.files_unchanged == 1 and report.embedded == 0 and out.read_bytes() == library
+
+    second = save_scans([scanned_page(ORCHARD)], tmp_path / "scans" / "second.png")
+    embedder = RecordsCalls()
+    report, _, _ = run_import([first, second], out, embedder, cache=cache)
+    assert report.files_unchanged == 1 and report.files_read == 2
+    assert all("gooseberry" in " ".join(call) for call in embedder.calls) and embedder.counted
+    assert not any("sailboats" in text for text in embedder.counted)  # the first scan was neither read nor counted
