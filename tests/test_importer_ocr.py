@@ -8,6 +8,7 @@ Tesseract's text of that page is waited for.
 
 from __future__ import annotations
 
+import io
 import json
 import multiprocessing
 import threading
@@ -22,6 +23,7 @@ from importer_support import HashingEmbedder, count_words, minimal_pdf
 
 from host.importer import ImportOptions, import_library
 from host.importer.errors import ImporterError
+from host.importer.progress import BarProgress
 from host.importer.readers import ocr
 
 BASE = "https://example.com/"
@@ -222,3 +224,18 @@ def test_an_unchanged_scan_is_not_read_again_and_a_new_one_alone_is_ocrd_and_emb
     assert report.files_unchanged == 1 and report.files_read == 2
     assert all("gooseberry" in " ".join(call) for call in embedder.calls) and embedder.counted
     assert not any("sailboats" in text for text in embedder.counted)  # the first scan was neither read nor counted
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_bar_counts_the_scanned_pages_as_they_are_read(tmp_path):
+    scan = save_scans([scanned_page(HARBOUR), scanned_page(ROPEMAKER)], tmp_path / "letters.tif")
+    screen = Terminal()
+
+    import_library([scan], tmp_path / "out.json", HashingEmbedder(), ImportOptions(),
+                   BarProgress(screen, refresh_seconds=0), say=lambda line: None)
+
+    assert "1/1" in screen.getvalue() and "2 scanned pages read" in screen.getvalue()

@@ -55,7 +55,8 @@ DEFAULT_BATCH_SIZE = 64
 
 class Progress(Protocol):
     """What the command line shows while an import runs (see `progress.py`): a website's pages as they
-    are crawled; files read, while chunks are embedded; then the chunks left to embed (`embedding(total, done)`)."""
+    are crawled; files read (and each scanned page a reader is about to OCR: `page_scanned`), while chunks
+    are embedded; then the chunks left to embed (`embedding(total, done)`)."""
 
     def crawling(self, site: str) -> None: ...
 
@@ -64,6 +65,8 @@ class Progress(Protocol):
     def reading(self, files: int) -> None: ...
 
     def file_read(self) -> None: ...
+
+    def page_scanned(self) -> None: ...
 
     def embedding(self, chunks: int, done: int = 0) -> None: ...
 
@@ -79,6 +82,8 @@ class NoProgress:
     def reading(self, files: int) -> None: ...
 
     def file_read(self) -> None: ...
+
+    def page_scanned(self) -> None: ...
 
     def embedding(self, chunks: int, done: int = 0) -> None: ...
 
@@ -215,6 +220,7 @@ def _read(files: Sequence[SourceFile], embedder: GuardedEmbedder, base_url: str 
                 earlier.extend(read.chunks)
                 _queue_texts(read.chunks, vectors, cache, queue)
                 queue.keep_busy()
+                progress.page_scanned()
                 continue
             progress.file_read()
             chunks = _chunks_of(read, earlier, cache, report, say)

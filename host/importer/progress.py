@@ -1,5 +1,6 @@
 """The progress bar on stderr: a website's pages crawled (no total: a crawl finds its pages as it goes),
-files read (and chunks embedded meanwhile), then chunks embedded with chunks/s (tqdm).
+files read (and scanned pages read by OCR, and chunks embedded meanwhile), then chunks embedded with
+chunks/s (tqdm).
 
 Shown only on a terminal and without --quiet, so logs and pipes get the summary lines alone.
 """
@@ -21,6 +22,7 @@ class BarProgress:
         self._files = 0
         self._embedding = False
         self._embedded = 0  # chunks embedded while files are still read
+        self._scanned = 0  # scanned pages read by OCR
 
     def _replace(self, **options: Any) -> None:
         self.close()
@@ -40,6 +42,10 @@ class BarProgress:
     def file_read(self) -> None:
         self._bar.update(1)
 
+    def page_scanned(self) -> None:
+        self._scanned += 1
+        self._reading_postfix()
+
     def embedding(self, chunks: int, done: int = 0) -> None:
         self._embedding = True
         self._replace(total=chunks, initial=done, unit=" chunks", desc=f"embedding ({self._files} files)",
@@ -50,7 +56,12 @@ class BarProgress:
             self._bar.update(count)
         else:
             self._embedded += count
-            self._bar.set_postfix_str(f"{self._embedded} chunks embedded", refresh=False)
+            self._reading_postfix()
+
+    def _reading_postfix(self) -> None:
+        said = [f"{self._scanned} scanned pages read"] if self._scanned else []
+        said += [f"{self._embedded} chunks embedded"] if self._embedded else []
+        self._bar.set_postfix_str(", ".join(said), refresh=False)
 
     def close(self) -> None:
         if self._bar is not None:
