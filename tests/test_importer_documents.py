@@ -8,6 +8,7 @@ the book's metadata as the description. A damaged file is one line and the rest 
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -129,3 +130,39 @@ def test_a_damaged_epub_is_named_and_the_rest_imported(tmp_path):
     assert len(said) == 1 and said[0].startswith(f"error: {site / 'broken.epub'}: not a readable EPUB (")
     assert len(report.failed) == 1
     assert bit_with(bits, "Fresnel lens")
+
+
+def test_an_epub_whose_chapters_are_encrypted_is_named_rather_than_read_as_ciphertext(tmp_path):
+    book = pandoc(BOOK, tmp_path / "plain.epub")
+    locked = tmp_path / "locked.epub"
+    with zipfile.ZipFile(book) as source, zipfile.ZipFile(locked, "w") as target:
+        for member in source.infolist():
+            target.writestr(member, source.read(member))
+        chapters = [name for name in source.namelist() if name.endswith(".xhtml")]
+        target.writestr("META-INF/encryption.xml", ENCRYPTION.format(references="".join(
+            CIPHER_REFERENCE.format(uri=name) for name in chapters)))
+
+    _, bits, said = run_import([book, locked], tmp_path / "out.json")
+
+    assert said == [f"error: {locked}: its chapters are encrypted (DRM): import a copy without DRM"]
+    assert {bit["info"]["url"].split("#")[0] for bit in bits} == {"https://example.com/plain.epub"}
+
+
+# As Adobe's DRM declares its encrypted files (the OCF container's encryption.xml, W3C XML Encryption).
+ENCRYPTION = """<?xml version="1.0"?>
+<encryption xmlns="urn:oasis:names:tc:opendocument:xmlns:container"
+            xmlns:enc="http://www.w3.org/2001/04/xmlenc#">{references}</encryption>"""
+CIPHER_REFERENCE = """<enc:EncryptedData><enc:EncryptionMethod Algorithm="http://www.w3.org/2001/04/xmlenc#aes128-cbc"/>
+<enc:CipherData><enc:CipherReference URI="{uri}"/></enc:CipherData></enc:EncryptedData>"""
+
+
+def test_a_password_protected_word_document_says_so(tmp_path):
+    protected = tmp_path / "locked.docx"  # Word saves a document with a password as an OLE compound file
+    protected.write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(4088))
+    pandoc(ESSAY, tmp_path / "open.docx")
+
+    _, bits, said = run_import([protected, tmp_path / "open.docx"], tmp_path / "out.json")
+
+    assert said == [f"error: {protected}: a password-protected (or old-style .doc) document: save it from Word as a "
+                    ".docx without a password to import it"]
+    assert bit_with(bits, "four swarm cells")

@@ -36,15 +36,21 @@ _RELATIONSHIPS = "{http://schemas.openxmlformats.org/package/2006/relationships}
 _DUBLIN_CORE = "{http://purl.org/dc/elements/1.1/}"
 
 
+_OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # a compound file: a password-protected document, or an old .doc
+
+
 def read(data: bytes, fallback_title: str) -> list[Document]:
     mammoth = require("mammoth", "Word documents")
+    if data.startswith(_OLE_MAGIC):
+        raise ImporterError("a password-protected (or old-style .doc) document: save it from Word as a .docx "
+                            "without a password to import it")
     try:
         result = mammoth.convert_to_html(io.BytesIO(data), style_map=STYLE_MAP,
                                          convert_image=mammoth.images.img_element(lambda image: {}))
         properties = _core_properties(data)
     except zipfile.BadZipFile:
         raise ImporterError("not a Word document (.docx is a zip file; this is not one)") from None
-    except KeyError as problem:  # a zip without the parts of a Word document
+    except (KeyError, OSError) as problem:  # a zip without the parts of a Word document
         raise ImporterError(f"not a Word document ({' '.join(str(problem).split())})") from None
     tree = parse(str(result.value))
     title = _take_text(tree, "h1.docx-title") or properties.get("title")

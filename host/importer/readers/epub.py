@@ -12,6 +12,8 @@ the first chapter after the title page is `#chapter-1`.
 A chapter's title is its entry in the table of contents, else its first heading, else "Chapter N";
 each chunk's title is the path "Book > Chapter > Heading" (joined by the title separator). The book's own metadata gives its title
 (else the file name) and every chunk's description: its authors and year, then its description.
+A book whose chapters are encrypted (DRM: `META-INF/encryption.xml` names them) fails in one line
+rather than giving ciphertext; fonts obfuscated as EPUB allows are no obstacle.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from __future__ import annotations
 import io
 import posixpath
 import re
+import zipfile
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import unquote
+from xml.etree import ElementTree
 
 from host.importer.document import TITLE_SEPARATOR, Document, Section
 from host.importer.errors import ImporterError, require
@@ -32,11 +36,15 @@ NOT_CHAPTERS = frozenset({"cover", "titlepage", "halftitlepage", "toc", "landmar
 NOT_CHAPTERS_IN_GUIDE = frozenset({"cover", "title-page", "toc", "copyright-page"})  # EPUB 2's names
 DESCRIPTION_CHARACTERS = 500
 _YEAR = re.compile(r"\d{4}")
+_CIPHER_REFERENCE = "{http://www.w3.org/2001/04/xmlenc#}CipherReference"
+_CONTENT_SUFFIXES = (".xhtml", ".html", ".htm", ".xml")
 WHITESPACE = re.compile(r"\s+")
 
 
 def read(data: bytes, fallback_title: str) -> list[Document]:
     epub = require("ebooklib.epub", "EPUB books")
+    if _encrypted_chapters(data):
+        raise ImporterError("its chapters are encrypted (DRM): import a copy without DRM")
     try:
         book = epub.read_epub(io.BytesIO(data), {"ignore_ncx": True})
     except Exception as problem:  # ebooklib raises many kinds for a damaged book; each is "cannot read"
@@ -76,6 +84,17 @@ def read(data: bytes, fallback_title: str) -> list[Document]:
     if not documents:
         documents.append(Document(title, []))
     return documents
+
+
+def _encrypted_chapters(data: bytes) -> bool:
+    """Whether the book's `META-INF/encryption.xml` names a content document (not only fonts)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as container:
+            declared = ElementTree.fromstring(container.read("META-INF/encryption.xml"))
+    except (zipfile.BadZipFile, KeyError, ElementTree.ParseError):  # no such file: nothing encrypted
+        return False
+    return any(unquote(reference.get("URI", "")).lower().endswith(_CONTENT_SUFFIXES)
+               for reference in declared.iter(_CIPHER_REFERENCE))
 
 
 def _metadata(book: Any, name: str) -> str | None:
