@@ -19,7 +19,7 @@ import pytest
 from export_support import BASE_URLS, EXPORTS, FIXTURES, LEFT_OUT, NEVER, build_export, zip_folder
 from importer_support import HashingEmbedder
 
-from host.importer import ImportOptions, import_library
+from host.importer import ImportOptions, cli, import_library
 from host.importer.errors import ImporterError
 from host.importer.exports.wordpress import autop, strip_shortcodes
 from host.importer.exports.x import tweet_text
@@ -364,3 +364,32 @@ def test_a_site_folder_with_posts_is_walked_not_taken_for_an_export(tmp_path):
     (tmp_path / "site" / "posts.csv").write_text("title,date\nHello,2024-01-01\n")
     found = find_sources([tmp_path / "site"])
     assert [(source.relative, source.kind) for source in found.files] == [("posts/hello.html", "html")]
+
+
+# ---- on the command line ----------------------------------------------------------------------------
+
+
+def test_the_command_names_a_damaged_post_exits_1_and_writes_the_others(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    export = build_export("substack", tmp_path).rename(tmp_path / "backup.bin")  # a name that says nothing
+    damage_member(export, "posts/102.lighthouse-lamps.html")
+    code = cli.main(["backup.bin", "--format", "substack", "--out", "harbour.json", "--base-url",
+                     BASE_URLS["substack"]], open_embedder=lambda *args, **how: HashingEmbedder())
+    err = capsys.readouterr().err.splitlines()
+    assert code == 1
+    assert err[0].startswith("error: backup.bin: posts/102.lighthouse-lamps.html: damaged in the zip (")
+    assert err[1] == ("read 2 files, 2 documents; 1 draft skipped (--include-drafts); 1 post for paying or signed-in "
+                      "readers skipped (import them with --access-tag); 1 failed (see above)")
+    assert [url for url, _, _ in infos(tmp_path / "harbour.json")] == [
+        "https://theharbourlog.substack.com/p/seal-census", "https://theharbourlog.substack.com/p/about"]
+
+
+def test_an_access_tagged_import_takes_the_paid_posts(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    build_export("substack", tmp_path)
+    code = cli.main(["substack-export.zip", "--out", "harbour.json", "--access-tag", "paid", "--base-url",
+                     BASE_URLS["substack"]], open_embedder=lambda *args, **how: HashingEmbedder())
+    assert code == 0
+    library = tmp_path / "libraries" / "access" / "paid" / "harbour.json"
+    assert "Paid subscribers get the tide tables for Gull Rock" in texts(library)
+    assert "1 draft skipped" in capsys.readouterr().err

@@ -9,8 +9,9 @@ A post's page is an `<article class="h-entry">`: the title in `.p-name`, the sub
 
 Drafts are the files named `draft_...html` (no date, no canonical link; their footer links to
 the draft): imported only with `--include-drafts`. Responses (comments on others' posts) are
-exported as posts too; they are the published pages whose body has no `.graf--title`, since
-Medium gives every story a title and a response none: imported only with `--include-replies`.
+exported as posts too; they are the published pages whose body has no `.graf--title` and that
+have no subtitle, since Medium gives every story a title and a response neither: imported only
+with `--include-replies`.
 """
 
 from __future__ import annotations
@@ -59,13 +60,18 @@ def expand(path: Path, options: ExportOptions) -> Expansion:
             except ImporterError as problem:
                 expansion.problems.append(str(problem))
                 continue
-            if not is_draft(member) and not _TITLE_GRAF.search(data) and not options.include_replies:
+            if not is_draft(member) and is_response(data) and not options.include_replies:
                 expansion.skip("response")
                 continue
             expansion.parts.append(Part(member, data))
         return expansion
     finally:
         archive.close()
+
+
+def is_response(page: bytes) -> bool:
+    """A response has neither the title Medium starts every story's body with, nor a subtitle."""
+    return not _TITLE_GRAF.search(page) and b'data-field="subtitle"' not in page
 
 
 def is_draft(member: str) -> bool:
