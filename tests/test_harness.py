@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from librarian import make_library, unit_vectors, write_library
 
+from host.service import harness
 from host.service.harness import HostFailed, free_port, http_status, spawn_host, start_host
 
 
@@ -90,3 +91,9 @@ def test_a_host_that_never_gets_ready_is_killed_and_raises_with_its_log(tmp_path
     with pytest.raises(HostFailed, match=r"(?s)did not answer GET /libraries/none.json with 200 within 1 s.*serving on"):
         host.wait_until_ready("/libraries/none.json", timeout=1)  # 404: never ready
     assert host.process.poll() == -signal.SIGKILL
+
+
+def test_a_child_imports_this_very_host_package() -> None:
+    import host
+
+    assert (harness.PACKAGE_ROOT / "host" / "__init__.py").resolve() == Path(host.__file__).resolve()

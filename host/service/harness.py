@@ -36,7 +36,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the folder that holds this `host` package
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds this `host` package
 LOCALHOST = "127.0.0.1"
 LOG_TAIL_CHARACTERS = 20_000  # how much of the log an error quotes
 
