@@ -1,0 +1,108 @@
+"""A library's keyword postings, opened: term lookups, per-tag counts, and one term's postings.
+
+The arrays are host/keywords/postings.py's, memory-mapped from the compiled folder (or built in
+memory); nothing is read until a query asks for a term.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import NamedTuple
+
+import numpy as np
+
+from host.constraints.text_index import SortedStrings
+from host.keywords.postings import ARRAYS, BLOCK, PREFIX, library_average
+
+
+class TermPostings(NamedTuple):
+    """One term's postings in one library and the bounds of their blocks (what top.py reads)."""
+
+    rows: np.ndarray  # int32, ascending
+    frequencies: np.ndarray  # uint16
+    block_last: np.ndarray  # int32
+    block_bound: np.ndarray  # float32
+
+
+@dataclass(frozen=True)
+class KeywordIndex:
+    """One library's postings (see host/keywords/postings.py)."""
+
+    language: str
+    rows: int
+    terms: np.ndarray  # uint8, the sorted terms' UTF-8 bytes back to back
+    term_bytes: np.ndarray  # (terms + 1,) int64
+    term_offsets: np.ndarray  # (terms + 1,) int64
+    posting_rows: np.ndarray
+    frequencies: np.ndarray
+    lengths: np.ndarray  # (rows,) int32
+    tag_rows_of_term: np.ndarray  # (terms, tags) int32
+    tag_rows: np.ndarray  # (tags,) int64
+    tag_lengths: np.ndarray  # (tags,) int64
+    block_offsets: np.ndarray
+    block_last: np.ndarray
+    block_bound: np.ndarray
+
+    @cached_property
+    def average(self) -> float:
+        """The average row length the block bounds were taken at (every tag's rows)."""
+        return library_average(self.tag_rows, self.tag_lengths)
+
+    @property
+    def term_count(self) -> int:
+        return len(self.term_bytes) - 1
+
+    @property
+    def vocabulary(self) -> SortedStrings:
+        return SortedStrings(self.terms, self.term_bytes)
+
+    def find(self, term: str) -> int | None:
+        """The number of `term` in this library, or None when no row holds it (a binary search)."""
+        return self.vocabulary.find(term.encode("utf-8", "surrogatepass"))
+
+    def postings(self, term: int) -> TermPostings:
+        start, stop = int(self.term_offsets[term]), int(self.term_offsets[term + 1])
+        first, last = int(self.block_offsets[term]), int(self.block_offsets[term + 1])
+        return TermPostings(self.posting_rows[start:stop], self.frequencies[start:stop], self.block_last[first:last],
+                            self.block_bound[first:last])
+
+    def rows_holding(self, term: int, tags: np.ndarray | None) -> int:
+        """Rows holding `term` among those of `tags` (tag ids of this library; None: every tag)."""
+        counts = self.tag_rows_of_term[term]
+        return int(counts.sum() if tags is None else counts[tags].sum())
+
+
+def open_keyword_index(load: Callable[[str], np.ndarray], rows: int, language: str) -> KeywordIndex:
+    """The index over arrays fetched by their stored names; ValueError when they disagree."""
+    arrays = {name: load(PREFIX + name) for name in ARRAYS}
+    index = KeywordIndex(language=language, rows=rows, terms=arrays["terms"], term_bytes=arrays["term_bytes"],
+                         term_offsets=arrays["term_offsets"], posting_rows=arrays["rows"],
+                         frequencies=arrays["frequencies"], lengths=arrays["lengths"],
+                         tag_rows_of_term=arrays["tag_rows_of_term"], tag_rows=arrays["tag_rows"],
+                         tag_lengths=arrays["tag_lengths"], block_offsets=arrays["block_offsets"],
+                         block_last=arrays["block_last"], block_bound=arrays["block_bound"])
+    terms = index.term_count
+    postings = len(index.posting_rows)
+    blocks = (np.diff(index.term_offsets) + BLOCK - 1) // BLOCK if terms >= 0 else np.zeros(0, np.int64)
+    if (
+        terms < 0
+        or int(index.term_bytes[-1]) != len(index.terms)
+        or index.term_offsets.shape != (terms + 1,)
+        or int(index.term_offsets[0]) != 0
+        or int(index.term_offsets[-1]) != postings
+        or index.frequencies.shape != (postings,)
+        or index.lengths.shape != (rows,)
+        or index.tag_rows_of_term.ndim != 2
+        or index.tag_rows_of_term.shape[0] != terms
+        or index.block_offsets.shape != (terms + 1,)
+        or not np.array_equal(np.diff(index.block_offsets), blocks)
+        or not len(index.block_last) == len(index.block_bound) == int(index.block_offsets[-1])
+        or index.tag_rows.shape != (index.tag_rows_of_term.shape[1],)
+        or index.tag_lengths.shape != index.tag_rows.shape
+        or index.posting_rows.dtype != np.dtype("<i4")
+        or index.frequencies.dtype != np.dtype("<u2")
+    ):
+        raise ValueError("keyword postings are inconsistent")
+    return index

@@ -1,0 +1,69 @@
+"""The k best rows of one library by Okapi BM25, given the query's terms and a caller's statistics.
+
+A row's score is the sum over the query's terms it holds, in the order given, of
+
+    weight(t) * f / (f + k1 * (1 - b + b * length / average))
+
+in double precision, where f is how often the row holds t (text and title), `length` its terms,
+`average` the caller's average length and weight(t) the term's idf times how often the query says
+it (host/search/keywords.py computes both from the caller's statistics). This is Lucene's BM25
+(bm25s's default), with k1 = 1.2 and b = 0.75.
+
+The compiled search (`_postings.c`: block-max MaxScore) skips postings that cannot enter the k
+best: its cost follows the query, not the library. Without it, numpy scores every posting of the
+query's terms. Both return the same rows and the same scores, bit for bit; ties go to the lower
+key (file order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from host.keywords import postings
+from host.keywords.index import KeywordIndex
+from host.keywords.postings import B, BLOCK, K1
+
+
+def top(index: KeywordIndex, terms: Sequence[int], weights: Sequence[float], average: float, k: int,
+        allowed: np.ndarray | None = None, keys: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The (up to) k best rows holding any of `terms` (numbers in `index`), best first, and their
+    scores (float64). `allowed`: bool per row (None: all); `keys`: int64 tie keys per row (None:
+    the row)."""
+    if not terms or k < 1:
+        return np.zeros(0, np.int64), np.zeros(0, np.float64)
+    weight_array = np.ascontiguousarray(weights, dtype=np.float64)
+    compiled = postings.compiled
+    if compiled is not None:
+        rows = np.empty(k, dtype=np.int64)
+        scores = np.empty(k, dtype=np.float64)
+        lists = [(*index.postings(term), BLOCK) for term in terms]
+        scale = max(1.0, float(average) / index.average)
+        found = compiled.top(lists, weight_array, index.lengths, K1, B, float(average), scale,
+                             None if allowed is None else allowed.view(np.uint8),
+                             None if keys is None else np.ascontiguousarray(keys, dtype=np.int64), k, rows, scores)
+        return rows[:found], scores[:found]
+    return _top_in_numpy(index, terms, weight_array, float(average), k, allowed, keys)
+
+
+def _top_in_numpy(index: KeywordIndex, terms: Sequence[int], weights: np.ndarray, average: float, k: int,
+                  allowed: np.ndarray | None, keys: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Every posting scored; the sums run in the terms' order, as the compiled search's do."""
+    row_lists, parts = [], []
+    for term, weight in zip(terms, weights):
+        term_postings = index.postings(term)
+        frequencies = term_postings.frequencies.astype(np.float64)
+        norm = K1 * (1.0 - B + B * index.lengths[term_postings.rows].astype(np.float64) / average)
+        row_lists.append(term_postings.rows)
+        parts.append(weight * frequencies / (frequencies + norm))
+    every_row = np.concatenate(row_lists).astype(np.int64)
+    candidates = np.unique(every_row)
+    # np.bincount adds the weights in the order given, term after term: the compiled order.
+    sums = np.bincount(np.searchsorted(candidates, every_row), weights=np.concatenate(parts), minlength=len(candidates))
+    if allowed is not None:
+        kept = allowed[candidates]
+        candidates, sums = candidates[kept], sums[kept]
+    tie = candidates if keys is None else keys[candidates]
+    best = np.lexsort((tie, -sums))[:k]
+    return candidates[best], sums[best]
