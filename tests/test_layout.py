@@ -10,7 +10,7 @@ from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[1]
 PACKAGES = ("host", "access")
-DATA_WAY = ("origin", "library", "constraints", "store", "catalog", "search", "results", "web")
+DATA_WAY = ("origin", "library", "constraints", "keywords", "store", "catalog", "search", "results", "web")
 
 
 def module_name(path: Path) -> str:

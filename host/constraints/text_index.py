@@ -7,7 +7,8 @@ are named `text_index.<field>.<part>`.
 
 On disk the arrays are packed into one file, `text_index.bin` (each array 64-byte aligned),
 described by `text_index.json` (name, dtype, shape, offset): one memory map and two fsyncs per
-library instead of forty.
+library instead of forty. The compiled store packs a library's keyword postings
+(host/keywords/postings.py) into the same file, under names of their own (`open_packed`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ PREFIX = "text_index."
 BLOB = "text_index.bin"
 LAYOUT = "text_index.json"
 ALIGNMENT = 64
-DTYPES = ("|u1", "<i4", "<i8", "<f8")
+DTYPES = ("|u1", "<u2", "<i4", "<i8", "<f4", "<f8")
 
 
 def array_names() -> list[str]:
@@ -141,11 +142,12 @@ def save_text_index(arrays: Mapping[str, np.ndarray], folder: Path) -> None:
         os.fsync(handle.fileno())
 
 
-def open_text_index(folder: Path, rows: int) -> TextIndex:
-    """Memory-map a compiled folder's text index; raises ValueError (or OSError) when it is unusable."""
+def open_packed(folder: Path) -> tuple[frozenset[str], Callable[[str], np.ndarray]]:
+    """The arrays packed in a compiled folder's text_index.bin: their names, and how to map one by
+    name (ValueError when its entry is bad); raises ValueError (or OSError) when the file is unusable."""
     layout = json.loads((folder / LAYOUT).read_text())
     size = (folder / BLOB).stat().st_size
-    if size != layout["bytes"] or set(layout["arrays"]) != set(array_names()):
+    if size != layout["bytes"]:
         raise ValueError(f"{folder / BLOB} does not match {LAYOUT}")
     blob = np.memmap(folder / BLOB, dtype=np.uint8, mode="r") if size else np.zeros(0, dtype=np.uint8)
 
@@ -159,6 +161,14 @@ def open_text_index(folder: Path, rows: int) -> TextIndex:
         array: np.ndarray = np.asarray(blob[offset : offset + count * dtype.itemsize]).view(dtype).reshape(shape)
         return array
 
+    return frozenset(layout["arrays"]), load
+
+
+def open_text_index(folder: Path, rows: int) -> TextIndex:
+    """Memory-map a compiled folder's text index; raises ValueError (or OSError) when it is unusable."""
+    names, load = open_packed(folder)
+    if not set(array_names()) <= names:
+        raise ValueError(f"{folder / BLOB} lacks some of the text index's arrays")
     return assemble_text_index(load, rows)
 
 

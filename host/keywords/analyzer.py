@@ -22,19 +22,13 @@ from collections.abc import Sequence
 import Stemmer
 
 from host.constraints.words import words
+from host.library.language import DEFAULT_LANGUAGE, LANGUAGES, NO_LANGUAGE
 
-DEFAULT_LANGUAGE = "english"
-NO_LANGUAGE = "none"
 # Lucene's EnglishAnalyzer.ENGLISH_STOP_WORDS_SET (also bm25s's "en" and Elasticsearch's _english_).
-ENGLISH_STOP_WORDS = frozenset(
-    "a an and are as at be but by for if in into is it no not of on or such that the their then there these they "
-    "this to was will with".split()
-)
-
-
-def languages() -> tuple[str, ...]:
-    """Every language an analyzer can be made for."""
-    return (NO_LANGUAGE, *sorted(Stemmer.algorithms()))
+ENGLISH_STOP_WORDS = frozenset((
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not", "of",
+    "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was", "will", "with",
+))
 
 
 class Analyzer:
@@ -42,8 +36,8 @@ class Analyzer:
     PyStemmer's stemmer is not thread-safe, so each call takes a stemmer of its own thread."""
 
     def __init__(self, language: str = DEFAULT_LANGUAGE) -> None:
-        if language not in languages():
-            raise ValueError(f"unknown analyzer language {language!r:.40}; known: {', '.join(languages())}")
+        if language not in LANGUAGES:
+            raise ValueError(f"unknown analyzer language {language!r:.40}; known: {', '.join(LANGUAGES)}")
         self.language = language
         self.english = language == DEFAULT_LANGUAGE
 
@@ -72,7 +66,7 @@ class Analyzer:
         return [next(stemmed) if self.kept(word) else None for word in vocabulary]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def analyzer(language: str = DEFAULT_LANGUAGE) -> Analyzer:
     """The shared analyzer of `language`."""
     return Analyzer(language)

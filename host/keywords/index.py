@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from host.constraints.text_index import SortedStrings
+from host.constraints.sorted_strings import SortedStrings
 from host.keywords.postings import ARRAYS, BLOCK, PREFIX, library_average
 
 

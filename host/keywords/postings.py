@@ -41,6 +41,21 @@ except ImportError:  # installed without a C compiler
     compiled = None  # type: ignore[assignment]
 
 BUILT = compiled is not None
+__all__ = [
+    "ARRAYS",
+    "BLOCK",
+    "BUILT",
+    "K1",
+    "PREFIX",
+    "B",
+    "FieldWords",
+    "array_names",
+    "build_postings",
+    "compiled",
+    "library_average",
+    "numbered_fields",
+    "saturation",
+]
 PREFIX = "keywords."
 BLOCK = 128  # postings a block: the unit a search skips
 MOST_FREQUENCY = np.iinfo(np.uint16).max
@@ -98,19 +113,20 @@ def _counted_in_c(fields: Sequence[FieldWords], maps: list[np.ndarray], order: n
                   tag_count: int, terms: int) -> dict[str, np.ndarray]:
     assert compiled is not None
     rows = len(tag_ids)
-    inputs = []
-    for field, mapping in zip(fields, maps):
-        inputs += [field.words, np.ascontiguousarray(field.lengths, dtype=np.int64), mapping]
+    (text, title), (text_map, title_map) = fields, maps
+    text_lengths, title_lengths = (np.ascontiguousarray(field.lengths, dtype=np.int64) for field in fields)
     ordering = None if order is None else np.ascontiguousarray(order, dtype=np.int64)
     rows_of_term = np.empty(terms, dtype=np.int64)
     tag_rows = np.empty((terms, tag_count), dtype=np.int32)
     lengths = np.empty(rows, dtype=np.int32)
-    compiled.count(*inputs, ordering, tag_ids, tag_count, rows_of_term, tag_rows, lengths)
+    compiled.count(text.words, text_lengths, text_map, title.words, title_lengths, title_map, ordering, tag_ids,
+                   tag_count, rows_of_term, tag_rows, lengths)
     term_offsets = np.zeros(terms + 1, dtype=np.int64)
     np.cumsum(rows_of_term, out=term_offsets[1:])
     posting_rows = np.empty(int(term_offsets[-1]), dtype=np.int32)
     frequencies = np.empty(len(posting_rows), dtype=np.uint16)
-    compiled.place(*inputs, ordering, tag_ids, tag_count, term_offsets, posting_rows, frequencies)
+    compiled.place(text.words, text_lengths, text_map, title.words, title_lengths, title_map, ordering, tag_ids,
+                   tag_count, term_offsets, posting_rows, frequencies)
     return {"term_offsets": term_offsets, "rows": posting_rows, "frequencies": frequencies, "lengths": lengths,
             "tag_rows_of_term": tag_rows}
 
@@ -171,3 +187,9 @@ def _blocks(term_offsets: np.ndarray, rows: np.ndarray, frequencies: np.ndarray,
     rounded_down = bound.astype(np.float64) < most
     bound[rounded_down] = np.nextafter(bound[rounded_down], np.float32(np.inf))
     return {"block_offsets": block_offsets, "block_last": rows[ends - 1].astype(np.int32), "block_bound": bound}
+
+
+def numbered_fields(text: tuple[Sequence[bytes], np.ndarray, np.ndarray],
+                    title: tuple[Sequence[bytes], np.ndarray, np.ndarray]) -> list[FieldWords]:
+    """The two fields BM25 reads, from their word indexes' `numbered()` (host/constraints/word_index.py)."""
+    return [FieldWords(*text), FieldWords(*title)]

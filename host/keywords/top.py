@@ -23,7 +23,7 @@ import numpy as np
 
 from host.keywords import postings
 from host.keywords.index import KeywordIndex
-from host.keywords.postings import B, BLOCK, K1
+from host.keywords.postings import BLOCK, K1, B
 
 
 def top(index: KeywordIndex, terms: Sequence[int], weights: Sequence[float], average: float, k: int,

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from host.library.bit_checks import BLOCK, BitBlock, BitChecker
+from host.library.language import DEFAULT_LANGUAGE, LANGUAGES
 from host.library.omit import Omit, parse_omit
 from host.library.problems import LibraryFormatError, Problems
 from host.library.version_0 import upgrade_version_0
@@ -34,6 +35,7 @@ class ParsedLibrary:
     details: dict[str, Any] = field(default_factory=dict)
     sort: str = "any"
     duplicates_dropped: int = 0
+    language: str = DEFAULT_LANGUAGE  # the keyword analyzer's (host/keywords/analyzer.py)
 
     @property
     def dimension(self) -> int:
@@ -54,6 +56,7 @@ class LibraryHeader:
     dimension: int | None  # None when no bit was whole
     bits_read: int
     duplicates_dropped: int
+    language: str = DEFAULT_LANGUAGE
 
 
 class _Collector:
@@ -78,6 +81,7 @@ class _Collector:
             access_tags=[tag for block in blocks for tag in block.tags],
             details=header.details,
             sort=header.sort,
+            language=header.language,
             duplicates_dropped=header.duplicates_dropped,
         )
 
@@ -123,7 +127,7 @@ def check_bits_into(data: Any, sink: BitSink, *, access_tag: str | None, consume
     checked = check_top_level(data, problems)
     if checked is None:
         return None
-    data, model, sort, details = checked
+    data, model, sort, details, language = checked
     bits = data.get("bits")
     if not isinstance(bits, list):
         problems.report("bits: must be a list")
@@ -135,12 +139,13 @@ def check_bits_into(data: Any, sink: BitSink, *, access_tag: str | None, consume
             bits[start : start + BLOCK] = [None] * len(bits[start : start + BLOCK])
         if not problems:
             sink.add(block)
-    return LibraryHeader(model, details, sort, checker.dimension, checker.read, checker.dropped)
+    return LibraryHeader(model, details, sort, checker.dimension, checker.read, checker.dropped, language)
 
 
-def check_top_level(data: Any, problems: Problems) -> tuple[dict[str, Any], str, str, dict[str, Any]] | None:
-    """Every check above the bits: (the data, version 0 upgraded; model; sort; details), or None
-    when the data cannot hold bits at all. `bits` itself is left to the caller."""
+def check_top_level(data: Any, problems: Problems) -> tuple[dict[str, Any], str, str, dict[str, Any], str] | None:
+    """Every check above the bits: (the data, version 0 upgraded; model; sort; details; the keyword
+    analyzer's language), or None when the data cannot hold bits at all. `bits` itself is left to
+    the caller."""
     if not isinstance(data, dict):
         problems.report(f"a library must be a JSON object, got {type(data).__name__}")
         return None
@@ -172,4 +177,8 @@ def check_top_level(data: Any, problems: Problems) -> tuple[dict[str, Any], str,
     missing = [key for key in ("text", "embedding", "token_count", "info") if key in omit]
     if missing:
         problems.report(f"omit: a hosted library needs every bit whole, but this file omits {', '.join(missing)}")
-    return data, model, sort, details
+    language = data.get("language", DEFAULT_LANGUAGE)
+    if language not in LANGUAGES:
+        problems.report(f"language: expected one of {', '.join(LANGUAGES)}, got {language!r:.40}")
+        language = DEFAULT_LANGUAGE
+    return data, model, sort, details, language

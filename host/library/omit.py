@@ -7,7 +7,7 @@ from typing import Any
 
 from host.library.problems import LibraryFormatError
 
-OMITTABLE_KEYS = ("text", "embedding", "token_count", "similarity", "info", "access_tag")
+OMITTABLE_KEYS = ("text", "embedding", "token_count", "similarity", "score", "info", "access_tag")
 OMIT_NOTHING = ""
 OMIT_ALL = "*"
 

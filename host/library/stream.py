@@ -273,8 +273,8 @@ def _stream(path: Path, stream: StreamedFile, sink: BitSink, access_tag: str | N
     checked = check_top_level(header, top)
     found = None
     if checked is not None:
-        _, model, sort, details = checked
-        found = LibraryHeader(model, details, sort, checker.dimension, checker.read, checker.dropped)
+        _, model, sort, details, language = checked
+        found = LibraryHeader(model, details, sort, checker.dimension, checker.read, checker.dropped, language)
     return _finish(found, top, below, sha256)
 
 

@@ -40,11 +40,15 @@ def result_header(index: ModelIndex, selection: Selection, omit: Omit, *, restri
         details["counts"]["restricted"] = selection.restricted
     if restricted_message and selection.restricted:
         details["message"] = RESTRICTED_PREFIX + restricted_message
+    if selection.notes:
+        details["notes"] = list(selection.notes)
     return {
         "version": FORMAT_VERSION,
         "embedding_model": index.model,
         "omit": omit.to_wire(),
-        "sort": "similarity",
+        # Ranked by keywords (alone or fused), the bits are in the host's order, not by similarity: a
+        # client that sorted them by similarity again would undo the ranking.
+        "sort": "similarity" if selection.ranks is None else "manual",
         "details": details,
         "bits": [],
     }

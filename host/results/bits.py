@@ -39,12 +39,14 @@ def result_bit(
     omit: Omit = OMIT_NOTHING,
     *,
     similarity: float | None = None,
+    score: float | None = None,
     cut_to_tokens: int | None = None,
     binary_embedding: bool = False,
     record: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One bit as clients read it. It carries its canonical `id` (clients compare bits by it) and
-    never its `access_tag`. `cut_to_tokens` cuts the text to that budget (an overflowing first
+    never its `access_tag`. `score` is the rank score of an answer not ranked by similarity (keyword
+    or hybrid): without one, the similarity is the rank. `cut_to_tokens` cuts the text to that budget (an overflowing first
     bit); `binary_embedding` gives raw float32 bytes (for msgpack) in place of base64. `record` is
     the row's record when the caller has read it already (`selection_bits` reads them together)."""
     if record is None:
@@ -64,6 +66,8 @@ def result_bit(
         bit["token_count"] = token_count
     if "similarity" not in omit and similarity is not None:
         bit["similarity"] = similarity
+    if "score" not in omit and score is not None:
+        bit["score"] = score
     if "info" not in omit:
         bit["info"] = record["info"]
     return bit
@@ -77,12 +81,14 @@ def selection_bits(index: ModelIndex, selection: Selection, omit: Omit = OMIT_NO
     owners = np.searchsorted(index.offsets, rows, side="right") - 1  # the library of each row, at once
     local_rows = (rows - index.offsets[owners]).tolist()
     records = _records(index, owners, local_rows)
+    similarities = [None] * len(rows) if selection.scores is None else selection.scores[start:stop].tolist()
+    scores = [None] * len(rows) if selection.ranks is None else selection.ranks[start:stop].tolist()
     bits = []
-    for position, (owner, local, score, record) in enumerate(
-            zip(owners.tolist(), local_rows, selection.scores[start:stop].tolist(), records, strict=True), start):
+    for position, (owner, local, similarity, score, record) in enumerate(
+            zip(owners.tolist(), local_rows, similarities, scores, records, strict=True), start):
         cut = selection.first_bit_cut_to if position == 0 else None
-        bits.append(result_bit(index.libraries[owner], local, omit, similarity=score, cut_to_tokens=cut,
-                               binary_embedding=binary_embeddings, record=record))
+        bits.append(result_bit(index.libraries[owner], local, omit, similarity=similarity, score=score,
+                               cut_to_tokens=cut, binary_embedding=binary_embeddings, record=record))
     return bits
 
 

@@ -65,12 +65,14 @@ OVERSAMPLE = 250  # rows an approximate search considers at least, however small
 
 @dataclass(frozen=True)
 class Selection:
-    """The returned rows in order, with their similarities."""
+    """The returned rows in order, with their similarities (and, ranked otherwise, their rank scores)."""
 
     rows: np.ndarray  # global rows of the ModelIndex, best first
-    scores: np.ndarray  # float32 dot products, same order
+    scores: np.ndarray | None  # float32 dot products, same order; None when the query had no vector (keywords)
     first_bit_cut_to: int | None  # token budget the first bit was cut to, when it overflowed alone
     restricted: int  # bits held back from this caller (computed only when asked)
+    ranks: np.ndarray | None = None  # float64 rank scores (BM25, fused) when the order is not by similarity
+    notes: tuple[str, ...] = ()  # what the caller should know of how the answer was made
 
 
 def similarities(index: ModelIndex, query: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

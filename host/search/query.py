@@ -1,13 +1,22 @@
 """The one query core: which model answers, how its bits are searched, what a caller gets.
 
-Every way of asking (`POST /`, the page, and the dialects) comes here with a vector, a budget
-and a grant; ranking, budgets and access filtering happen nowhere else. RAGFlow's retrieval asks
-`run_hybrid_query` (a vector and its words, weighed together, the best `top_k`) instead.
+Every way of asking (`POST /`, the page, and the dialects) comes here with a query (a vector, its
+text, or both), a mode, a budget and a grant; ranking, budgets and access filtering happen nowhere
+else. Three modes:
+
+- `vector`: the bits nearest the vector (host/search/engine.py), by similarity;
+- `keyword`: the bits BM25 ranks best for the text (host/search/keywords.py); only bits holding
+  one of its keywords; their similarity only when a vector came too;
+- `hybrid`: both, fused (host/search/fusion.py); a text without keywords (only stop words or
+  punctuation) is ranked by the vector alone, and the answer says so.
+
+RAGFlow's retrieval asks `run_hybrid_query` (RAGFlow's own term score) instead.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -15,15 +24,21 @@ from access import Grant
 from host.catalog.generations import Catalog
 from host.catalog.model_index import ModelIndex
 from host.constraints import Node
-from host.search.engine import OVERSAMPLE, PROBES, CountType, Search, Selection, rank
+from host.search.budget import exact_scores
+from host.search.engine import OVERSAMPLE, PROBES, CountType, Search, Selection, narrowed, rank
 from host.search.errors import NothingLoaded, QueryError
+from host.search.fusion import DEFAULT_KEYWORD_WEIGHT, rank_fused
 from host.search.hybrid import HybridQuery, HybridSelection, rank_hybrid
+from host.search.keywords import rank_keywords, weigh
 from host.search.model_text import constraint_mask
 from host.store.clusters import CLUSTER_FROM
 from host.store.kernels import BUILT as COMPILED_LOOPS
 from host.store.residency import default_populate_bytes
 
 SEARCH_MODES = ("auto", "exact", "approximate")
+Mode = Literal["vector", "keyword", "hybrid"]
+MODES: tuple[Mode, ...] = ("vector", "keyword", "hybrid")
+NO_KEYWORDS = "the query has no keyword (only stop words or punctuation)"
 POOL_SHARE = 0.005  # of the visible bits: the least an approximate search considers (`pool_for`)
 
 
@@ -72,14 +87,18 @@ def pool_for(bits: int) -> int:
 
 @dataclass(frozen=True)
 class Query:
-    """A question in the model's vector space, with its budget and what narrows it."""
+    """A question (a vector in the model's space, its text, or both), how to rank, its budget and
+    what narrows it."""
 
-    vector: np.ndarray  # float32, the model's dimension
+    vector: np.ndarray | None  # float32, the model's dimension; None only for a keyword query
     count: int
     count_type: CountType
-    similarity_threshold: float | None = None  # the list ends at the first bit scoring below it
+    similarity_threshold: float | None = None  # only bits at least this similar (vector: the list ends there)
     constraint: Node | None = None  # host.constraints: only bits matching it
     libraries: frozenset[str] | None = None  # only bits of these libraries (names)
+    text: str | None = None  # the question in words: what keyword and hybrid ranking read
+    mode: Mode = "vector"
+    keyword_weight: float = DEFAULT_KEYWORD_WEIGHT  # hybrid: the share of the keyword score, 0-1
 
 
 def choose_model(catalog: Catalog, model: str | None, grant: Grant, *, reveal_all: bool = False) -> ModelIndex:
@@ -107,18 +126,61 @@ def choose_model(catalog: Catalog, model: str | None, grant: Grant, *, reveal_al
 def run_query(index: ModelIndex, query: Query, grant: Grant, policy: SearchPolicy, *,
               count_restricted: bool = False, search: Search | None = None) -> Selection:
     """The bits `grant` may see that best answer `query`, within its budget. `search` is what
-    `policy.for_index` gives for this index and grant, if the caller has asked already."""
-    return rank(
-        index,
-        query.vector,
-        granted=grant.access_tags,
-        count=query.count,
-        count_type=query.count_type,
-        count_restricted=count_restricted,
-        search=search or policy.for_index(index, grant.access_tags),
-        constraint=narrowing_mask(index, query),
-        similarity_threshold=query.similarity_threshold,
-    )
+    `policy.for_index` gives for this index and grant, if the caller has asked already. With
+    `count_restricted`, the answer is made a second time as if every tag were granted, to tell how
+    many bits were held back."""
+    search = search or policy.for_index(index, grant.access_tags)
+    if query.mode == "vector":
+        assert query.vector is not None
+        return rank(index, query.vector, granted=grant.access_tags, count=query.count, count_type=query.count_type,
+                    count_restricted=count_restricted, search=search, constraint=narrowing_mask(index, query),
+                    similarity_threshold=query.similarity_threshold)
+    if query.text is None:
+        raise QueryError(f"mode {query.mode} needs the query's text")
+    narrowing = narrowing_mask(index, query)
+    selection = _ranked_by_text(index, query, grant.access_tags, narrowing, search)
+    if not count_restricted:
+        return selection
+    every_tag = frozenset(index.tags)
+    everything = _ranked_by_text(index, query, every_tag, narrowing, policy.for_index(index, every_tag))
+    visible = index.visible_rows(grant.access_tags)
+    restricted = 0 if visible is None else int(np.count_nonzero(~visible[everything.rows]))
+    return Selection(selection.rows, selection.scores, selection.first_bit_cut_to, restricted, selection.ranks,
+                     selection.notes)
+
+
+def _ranked_by_text(index: ModelIndex, query: Query, granted: frozenset[str], narrowing: np.ndarray | None,
+                    search: Search) -> Selection:
+    """A keyword or hybrid answer for a caller holding `granted` (the statistics are theirs)."""
+    assert query.text is not None
+    weighted = weigh(index, query.text, granted)
+    notes = weighted.notes
+    allowed = narrowed(index.visible_rows(granted), narrowing)
+    vector = query.vector
+    if query.mode == "keyword":
+        if weighted.empty:
+            return Selection(np.zeros(0, np.int64), None if vector is None else np.zeros(0, np.float32), None, 0,
+                             np.zeros(0), (*notes, f"{NO_KEYWORDS}: nothing matches it"))
+        keep = None
+        if vector is not None and query.similarity_threshold is not None:
+            threshold = np.float32(query.similarity_threshold)
+
+            def keep(rows: np.ndarray) -> np.ndarray:
+                kept: np.ndarray = exact_scores(index.gather(rows), vector) >= threshold
+                return kept
+        rows, scores, cut_to = rank_keywords(index, weighted, allowed, query.count, query.count_type, keep)
+        similarity = None if vector is None else exact_scores(index.gather(rows), vector)
+        return Selection(rows, similarity, cut_to, 0, scores, notes)
+    assert vector is not None
+    if weighted.empty:
+        nearest = rank(index, vector, granted=granted, count=query.count, count_type=query.count_type, search=search,
+                       constraint=narrowing, similarity_threshold=query.similarity_threshold)
+        return Selection(nearest.rows, nearest.scores, nearest.first_bit_cut_to, 0, None,
+                         (*notes, f"{NO_KEYWORDS}: ranked by meaning alone"))
+    fused = rank_fused(index, vector, weighted, granted=granted, allowed=allowed, constraint=narrowing,
+                       count=query.count, count_type=query.count_type, keyword_weight=query.keyword_weight,
+                       similarity_threshold=query.similarity_threshold, search=search)
+    return Selection(fused.rows, fused.similarities, fused.cut_to, 0, fused.scores, notes)
 
 
 def run_hybrid_query(index: ModelIndex, query: HybridQuery, grant: Grant) -> HybridSelection:

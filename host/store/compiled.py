@@ -57,7 +57,10 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from host.constraints.text_index import TextIndex, open_text_index, text_index_in_memory
+from host.constraints.text_index import TextIndex, array_names, assemble_text_index, open_packed, text_index_in_memory
+from host.keywords import postings
+from host.keywords.index import KeywordIndex, open_keyword_index
+from host.keywords.memory import keyword_index_in_memory
 from host.library.bit_checks import BLOCK, BitBlock
 from host.library.format import LibraryHeader, ParsedLibrary
 from host.library.problems import LibraryFormatError
@@ -116,6 +119,7 @@ class CompiledLibrary:
     max_norm: float = 1.0  # the largest embedding's L2 norm
     public_digest: str = ""  # changes exactly when what an anonymous caller may see of it changes
     text_index: TextIndex | None = None  # None only for libraries made in memory, without records
+    keywords: KeywordIndex | None = None  # likewise
     source_rows: np.ndarray | None = None  # stored row -> its row in the file; None: stored in file order
     centroids: np.ndarray | None = None  # (clusters, dimension) float32 of a clustered library
     cluster_offsets: np.ndarray | None = None  # (clusters + 1,) int64: where each cluster's rows start
@@ -165,6 +169,13 @@ def text_index_of(library: CompiledLibrary) -> TextIndex:
     return text_index_in_memory([{}] * library.bit_count)
 
 
+def keywords_of(library: CompiledLibrary) -> KeywordIndex:
+    """The library's keyword postings; one made in memory without records (tests) has empty ones."""
+    if library.keywords is not None:
+        return library.keywords
+    return keyword_index_in_memory([""] * library.bit_count, [""] * library.bit_count, library.tag_ids)
+
+
 class StoreError(Exception):
     """A compiled folder that cannot be used (missing, stale or corrupt)."""
 
@@ -199,7 +210,8 @@ def write_compiled(library: ParsedLibrary, folder: Path, source_key: SourceKey, 
                                     [record["text"] for record in records], [record["info"] for record in records],
                                     library.access_tags[start:stop]))
             header = LibraryHeader(library.embedding_model, library.details, library.sort, library.dimension,
-                                   len(library.ids) + library.duplicates_dropped, library.duplicates_dropped)
+                                   len(library.ids) + library.duplicates_dropped, library.duplicates_dropped,
+                                   library.language)
             writer.finish(header, source_key.__dict__, name, cluster_from=cluster_from)
         finally:
             writer.close()
@@ -287,6 +299,9 @@ def open_compiled(folder: Path, source: Path) -> CompiledLibrary:
         tag_ids = array("tag_ids", "<u2", (bits,))
         if bits and int(tag_ids.max()) >= len(meta["tags"]):
             raise StoreError(f"{folder}/tag_ids.npy: tag id out of range")
+        names, load = open_packed(folder)
+        if names != {*array_names(), *postings.array_names()}:
+            raise StoreError(f"{folder}/text_index.json: not the arrays of a text index and keyword postings")
         clusters = int(meta["clusters"])
         source_rows = centroids = cluster_offsets = codes = code_scale = None
         if clusters:
@@ -313,7 +328,8 @@ def open_compiled(folder: Path, source: Path) -> CompiledLibrary:
             source_key=SourceKey(**meta["source"]),
             max_norm=float(meta["max_norm"]),
             public_digest=meta["public_digest"],
-            text_index=open_text_index(folder, bits),
+            text_index=assemble_text_index(load, bits),
+            keywords=open_keyword_index(load, bits, meta["keywords"]["language"]),
             source_rows=source_rows,
             centroids=centroids,
             cluster_offsets=cluster_offsets,

@@ -13,8 +13,9 @@ the files are the same either way (the same builder, fed the same records in the
 
 The child's protocol, on its standard input: lines `upto BYTES ROWS` (records.bin holds at least
 BYTES bytes: its first ROWS records, whole), `whole` (no more records: what does not depend on
-the rows' order is done then, and the child answers `ready`), then `finish` (rows kept in file
-order) or `finish FILE` (a .npy in the folder: stored row -> row of the file, source_rows.npy). It
+the rows' order is done then, and the child answers `ready`), then `finish LANGUAGE` (rows kept in
+file order) or `finish LANGUAGE FILE` (a .npy in the folder: stored row -> row of the file,
+source_rows.npy); LANGUAGE is the keyword analyzer's, and the folder's tag_ids.npy is written. It
 answers `done` once the files are written and synced; at the end of its input without `finish`
 (the compile failed) it leaves quietly. The parent asks BLAS for one thread fewer while the
 child is busy (`busy`), so that the two do not take turns on the cores.
@@ -38,10 +39,12 @@ import numpy as np
 
 from host.constraints.text_index import TextIndexBuilder, save_text_index
 from host.constraints.words import INFO_FIELDS
+from host.keywords.postings import build_postings, numbered_fields
 
 PROCESS_FROM = 16 << 20  # bytes of records from which the text index is built by a child process
 NOTIFY_EVERY = 1 << 20  # the child is told how far records.bin is written at most every this many bytes
 RECORDS = "records.bin"
+TAGS = "tag_ids.npy"  # each stored row's tag: written by the writer before it sends `finish`
 FEED_ROWS = 16_384  # records decoded at a time when reading records.bin here
 log = logging.getLogger("polymath_host.store")
 
@@ -67,6 +70,7 @@ class TextIndexer:
         self._size = 0
         self._builder: TextIndexBuilder | None = None
         self._order_file: str | None = None
+        self._language = ""
         self._failed = False  # a child failed: the rest is done here
         self._ready = False  # the child said `ready`
         self._working_here = False  # this process is splitting the records into words
@@ -103,13 +107,15 @@ class TextIndexer:
             self._ready = True
         return not self._ready
 
-    def finish(self, order_file: str | None) -> None:
-        """Rows are stored as the folder's `order_file` (a .npy) says, or in file order (None)."""
+    def finish(self, order_file: str | None, language: str) -> None:
+        """Rows are stored as the folder's `order_file` (a .npy) says, or in file order (None); their
+        keywords are analyzed in `language` (host/keywords/analyzer.py)."""
         self._order_file = order_file
+        self._language = language
         if self._child is not None:
-            self._tell(f"finish {order_file or ''}\n".encode())
+            self._tell(f"finish {language} {order_file or ''}\n".encode())
         else:
-            finish(self._builder or self._tokenized(), self.folder, order_file)
+            finish(self._builder or self._tokenized(), self.folder, order_file, language)
             self._builder = None
 
     def wait(self) -> None:
@@ -129,7 +135,7 @@ class TextIndexer:
         self._child = None
         if answer.split()[-1:] != [b"done"] or code:
             self._give_up(f"exited with {code}")
-            finish(self._tokenized(), self.folder, self._order_file)
+            finish(self._tokenized(), self.folder, self._order_file, self._language)
         self._close_errors()
         self._records.close()
 
@@ -198,10 +204,17 @@ class TextIndexer:
             self._child_errors = None
 
 
-def finish(builder: TextIndexBuilder, folder: Path, order_file: str | None) -> None:
-    """Write the index `builder` holds, for rows stored as `order_file` says (None: file order)."""
+def finish(builder: TextIndexBuilder, folder: Path, order_file: str | None, language: str) -> None:
+    """Write the index `builder` holds, for rows stored as `order_file` says (None: file order), with
+    the keyword postings of its text and title (analyzed in `language`; the folder's TAGS file gives
+    each stored row's tag): the postings are built from the words already numbered, before
+    `finish` lets them go."""
     order = np.load(folder / order_file, allow_pickle=False) if order_file else None
-    save_text_index(builder.finish(order), folder)
+    tag_ids = np.load(folder / TAGS, allow_pickle=False)
+    fields = numbered_fields(builder.words["text"].numbered(), builder.words["title"].numbered())
+    postings = build_postings(fields, order, tag_ids, int(tag_ids.max()) + 1 if len(tag_ids) else 1, language)
+    del fields
+    save_text_index({**builder.finish(order), **postings}, folder)
 
 
 class Record(msgspec.Struct, gc=False):
@@ -249,7 +262,8 @@ def serve_parent(folder: Path, records: IO[bytes], commands: IO[bytes], answers:
                 answers.write(b"ready\n")
                 answers.flush()
             elif what == "finish":
-                finish(builder, folder, rest.strip() or None)
+                language, _, order_file = rest.strip().partition(" ")
+                finish(builder, folder, order_file.strip() or None, language)
                 answers.write(b"done\n")
                 answers.flush()
                 return 0

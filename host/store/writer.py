@@ -56,8 +56,8 @@ from host.store.codes import code_scale, encode
 from host.store.summary import RunningSummary, public_rows
 from host.store.text_process import TextIndexer
 
-STORE_FORMAT = 8  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json; 6: clustered layout; 7: this writer, codes;
-# 8: the public digest taken column by column (host/store/summary.py)
+STORE_FORMAT = 9  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json; 6: clustered layout; 7: this writer, codes;
+# 8: the public digest taken column by column (host/store/summary.py); 9: keyword postings (host/keywords)
 ROW_BLOCK = 4096  # rows copied at a time when writing a permuted matrix (no second full copy)
 RECORD_BLOCK_BYTES = 1 << 20  # records rewritten at a time, at most
 RECORDS_WHOLE_SHARE = 8  # records.bin is read whole for its rewrite up to 1/8 of the vectors' size...
@@ -142,6 +142,7 @@ class StoreWriter:
         self._vectors.close()
         self._records.close()
         step = step or (lambda what, done: None)
+        language = header.language
         rows, dimension = self.rows, self.dimension or header.dimension or 0
         folder = self.building
         tags = (PUBLIC, *sorted(tag for tag in self._tags if tag))
@@ -164,9 +165,10 @@ class StoreWriter:
         step("writing", 0.0)
         if layout is not None:
             write_synced(folder / "source_rows.npy", partial(np.save, arr=layout.order))
+        write_synced(folder / "tag_ids.npy", partial(np.save, arr=tag_ids if order is None else tag_ids[order]))
         # The text index is finished in stored order (its process sorts ~8 bytes a word), the vectors
         # are rewritten on a thread and the records here, all at once.
-        self._text.finish("source_rows.npy" if layout is not None else None)
+        self._text.finish("source_rows.npy" if layout is not None else None, language)
         rewrite = self._in_background(lambda: _write_arranged(folder / "embeddings.npy", order, scale, step)
                                       if order is not None and scale is not None else None)
         record_offsets = np.zeros(rows + 1, dtype=np.int64)
@@ -182,7 +184,6 @@ class StoreWriter:
         arrays = {
             "token_counts": arranged(np.frombuffer(self._token_counts, dtype=np.int64).astype(np.int32)
                                      if rows else np.zeros(0, np.int32)),
-            "tag_ids": arranged(tag_ids),
             "ids": arranged(np.frombuffer(bytes(self._ids), dtype="S32") if rows else np.zeros(0, "S32")),
             # The first 8 bytes of every id, sorted: telling whether libraries share a bit costs a
             # merge of these, not a sort of every id, when a host opens them (ModelIndex).
@@ -212,6 +213,7 @@ class StoreWriter:
             "max_norm": summary.largest_norm,
             "public_digest": summary.public_digest(header.details.get("message")),
             "clusters": 0 if layout is None else layout.clusters,
+            "keywords": {"language": language},
         }
         write_synced(folder / "meta.json", lambda handle: handle.write(json.dumps(meta).encode()))
 

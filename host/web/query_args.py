@@ -16,6 +16,7 @@ from host.library.format import FORMAT_VERSION
 from host.library.omit import Omit, parse_omit
 from host.library.problems import LibraryFormatError
 from host.search.engine import CountType
+from host.search.query import MODES, Mode
 from host.web.errors import bad_request
 
 DEFAULT_COUNT = 1000
@@ -38,6 +39,15 @@ class QueryArgs:
     access_token: str | None = None
     similarity_threshold: float | None = None  # SPEC §10: the list ends at the first bit below it
     constraint: Node | None = None  # SPEC §10: a query expression the bits must match
+    mode: Mode | None = None  # None: hybrid for a text query, else vector (`effective_mode`)
+    keyword_weight: float | None = None  # hybrid's share of the keyword score (None: the default)
+
+    @property
+    def effective_mode(self) -> Mode:
+        """The mode asked for, or the default: hybrid for text, vector for a vector or nothing."""
+        if self.mode is not None:
+            return self.mode
+        return "hybrid" if self.query is not None else "vector"
 
 
 def parse_query_args(fields: Mapping[str, Any], *, max_count: int, max_embedding_bytes: int) -> QueryArgs:
@@ -58,8 +68,16 @@ def parse_query_args(fields: Mapping[str, Any], *, max_count: int, max_embedding
         raise bad_request(str(problem)) from None
     query = _text(fields, "query") or None
     embedding = _embedding_bytes(fields.get("query_embedding"), max_embedding_bytes)
-    if query is not None and embedding is not None:
-        raise bad_request("send either query (text) or query_embedding (a vector), not both")
+    mode = _mode(fields)
+    if query is not None and embedding is not None and mode not in ("keyword", "hybrid"):
+        raise bad_request("send either query (text) or query_embedding (a vector), not both "
+                          "(both go together only with mode=hybrid or keyword: the vector, and the words)")
+    if mode in ("keyword", "hybrid") and query is None:
+        raise bad_request(f"mode={mode} ranks by the query's words: send query (text)")
+    weight = keyword_weight(fields.get("keyword_weight"))
+    if weight is not None and (mode or ("hybrid" if query is not None else "vector")) != "hybrid":
+        raise bad_request("keyword_weight weighs keywords against meaning: it applies only to mode=hybrid "
+                          "(the default for a text query)")
     if query is not None and len(query) > MAX_QUERY_CHARACTERS:
         raise bad_request(f"query is {len(query):,} characters long; at most {MAX_QUERY_CHARACTERS:,} are read")
     try:
@@ -77,21 +95,45 @@ def parse_query_args(fields: Mapping[str, Any], *, max_count: int, max_embedding
         count_type=count_type,
         omit=omit,
         access_token=_text(fields, "access_token") or None,
+        mode=mode,
+        keyword_weight=weight,
     )
+
+
+def _mode(fields: Mapping[str, Any]) -> Mode | None:
+    value = _text(fields, "mode") or None
+    if value is not None and value not in MODES:
+        raise bad_request(f"mode must be one of {', '.join(MODES)}, got {value!r:.40}")
+    return value  # one of MODES
+
+
+def keyword_weight(value: Any) -> float | None:
+    """A number from 0 (meaning alone) to 1 (keywords alone); "" or None: the default."""
+    if value is None or value == "":
+        return None
+    number = _number(value, "keyword_weight")
+    if not 0 <= number <= 1:
+        raise bad_request(f"keyword_weight must be between 0 and 1, got {value!r:.40}")
+    return number
 
 
 def similarity_threshold(value: Any) -> float | None:
     """A finite number (dot-product similarities of unit vectors lie in [-1, 1]); "" or None: none."""
     if value is None or value == "":
         return None
+    return _number(value, "similarity_threshold")
+
+
+def _number(value: Any, name: str) -> float:
+    """A finite number, from JSON or a form's string."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise bad_request(f"similarity_threshold must be a number, got {value!r:.40}")
+        raise bad_request(f"{name} must be a number, got {value!r:.40}")
     try:
         number = float(value)
     except ValueError:
-        raise bad_request(f"similarity_threshold must be a number, got {value!r:.40}") from None
+        raise bad_request(f"{name} must be a number, got {value!r:.40}") from None
     if not math.isfinite(number):
-        raise bad_request(f"similarity_threshold must be a finite number, got {value!r:.40}")
+        raise bad_request(f"{name} must be a finite number, got {value!r:.40}")
     return number
 
 

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Literal, overload
 
+import numpy as np
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -29,7 +31,8 @@ from host.results.answers import build_result, estimated_answer_bytes, result_he
 from host.results.bits import selection_bits
 from host.search.batching import BATCHER
 from host.search.engine import Search, Selection, random_query
-from host.search.query import Query, choose_model, run_query
+from host.search.fusion import DEFAULT_KEYWORD_WEIGHT
+from host.search.query import Mode, Query, choose_model, run_query
 from host.web.caller import Caller, request_caller
 from host.web.context_block import TEXT_PLAIN, render_context_block
 from host.web.errors import bad_request
@@ -107,21 +110,17 @@ async def answer(
     are sent (and is not cached): a client reading slowly then holds a few bits, not the answer."""
     restricted_count, restricted_message = state.access.restricted_count, state.access.restricted_message
     key = None  # a random sample is different every time: never cached
-    if args.query is not None:
-        vector = await state.embedders.embed_query(index.model, args.query)
-        if vector.shape != (index.dimension,):
-            raise EmbedderError(f"the embedder of {index.model} gave {vector.shape[-1]} dimensions; "
-                                f"its libraries have {index.dimension}")
-    elif args.query_embedding is not None:
-        vector = query_vector(args.query_embedding, index.dimension, index.model)
-    else:
-        vector = random_query(index.dimension)
+    mode: Mode = args.effective_mode
+    notes: tuple[str, ...] = ()
+    if args.mode is None and mode == "hybrid" and index.model not in state.embedders:
+        mode, notes = "keyword", (f"no embedder serves {index.model} here: ranked by keywords alone",)
+    vector = await query_vector_of(state, index, args, mode)
     if args.query is not None or args.query_embedding is not None:
         # Everything the answer depends on, including the caller's grant: callers with
         # different access never share an entry.
-        key = (catalog.generation, index.model, vector.tobytes(), args.count, args.count_type, args.omit,
-               args.similarity_threshold, args.constraint, libraries, caller.access_tags, form, restricted_count,
-               restricted_message)
+        key = (catalog.generation, index.model, b"" if vector is None else vector.tobytes(), args.query, mode,
+               args.keyword_weight, args.count, args.count_type, args.omit, args.similarity_threshold, args.constraint,
+               libraries, caller.access_tags, form, restricted_count, restricted_message)
         cached = state.answers.get(key)
         if cached is not None:
             state.metrics.count("polymath_query_cache_hits_total")
@@ -133,9 +132,13 @@ async def answer(
     omit = CONTEXT_BLOCK_KEYS if form == "text" else args.omit
 
     def compute() -> bytes | Selection:
-        query = Query(vector, args.count, args.count_type, args.similarity_threshold, args.constraint, libraries)
+        query = Query(vector, args.count, args.count_type, args.similarity_threshold, args.constraint, libraries,
+                      text=args.query, mode=mode, keyword_weight=DEFAULT_KEYWORD_WEIGHT if args.keyword_weight is None
+                      else args.keyword_weight)
         selection = run_query(index, query, caller.grant, state.search,
                               count_restricted=restricted_count or bool(restricted_message), search=search)
+        if notes:
+            selection = replace(selection, notes=(*notes, *selection.notes))
         binary = form == "msgpack"
         estimate = estimated_answer_bytes(index, selection, omit, binary_embeddings=binary)
         check_answer_size(estimate, limit)
@@ -151,7 +154,8 @@ async def answer(
         return body
 
     search = state.search.for_index(index, caller.access_tags)
-    computed = compute() if runs_inline(index, args, search, libraries) else await run_in_threadpool(compute)
+    inline = runs_inline(index, args, search, libraries) if mode == "vector" else False
+    computed = compute() if inline else await run_in_threadpool(compute)
     if isinstance(computed, Selection):
         selection = computed
 
@@ -164,6 +168,22 @@ async def answer(
     if key is not None:
         state.answers.put(key, computed)
     return computed
+
+
+async def query_vector_of(state: HostState, index: ModelIndex, args: QueryArgs, mode: Mode) -> np.ndarray | None:
+    """The query's vector: the one sent, the text embedded, or a random one (a sample). A keyword
+    query embeds its text only when a similarity threshold needs similarities."""
+    if args.query_embedding is not None:
+        return query_vector(args.query_embedding, index.dimension, index.model)
+    if args.query is not None:
+        if mode == "keyword" and args.similarity_threshold is None:
+            return None
+        vector = await state.embedders.embed_query(index.model, args.query)
+        if vector.shape != (index.dimension,):
+            raise EmbedderError(f"the embedder of {index.model} gave {vector.shape[-1]} dimensions; "
+                                f"its libraries have {index.dimension}")
+        return vector
+    return random_query(index.dimension)
 
 
 def runs_inline(index: ModelIndex, args: QueryArgs, search: Search, libraries: frozenset[str] | None) -> bool:

@@ -81,6 +81,7 @@ async def find_passages(state: HostState, caller: Caller, libraries: Sequence[Co
         check_answer_size(estimated_answer_bytes(index, selection, WITHOUT_EMBEDDING, binary_embeddings=False),
                           state.settings.max_answer_bytes)
         passages = []
+        assert selection.scores is not None  # ranked by a vector
         for row, similarity in zip(selection.rows.tolist(), selection.scores.tolist()):
             library, local = index.locate(row)
             passages.append(Passage(library, local, result_bit(library, local, WITHOUT_EMBEDDING, similarity=similarity)))

@@ -260,6 +260,7 @@ class _SectionBuilder:
         query = Query(vector, budget.count, budget.count_type, libraries=self.only)
         selection = run_query(index, query, self.inputs.grant, self.inputs.policy)
         rows, scores = selection.rows, selection.scores
+        assert scores is not None  # ranked by a vector
         if len(rows) > MAX_BITS:
             self.notices.append(Notice("info", f"The page shows the first {MAX_BITS} of the {len(rows):,} bits "
                                                "that fit this budget."))

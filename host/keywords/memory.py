@@ -1,0 +1,27 @@
+"""Keyword postings built and used in memory: libraries made without a compiled folder (tests, and
+libraries opened from records rather than compiled)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from host.constraints.word_index import TOKENIZE_CHUNK, WordIndexBuilder
+from host.keywords.index import KeywordIndex, open_keyword_index
+from host.keywords.postings import build_postings, numbered_fields
+from host.library.language import DEFAULT_LANGUAGE
+
+
+def keyword_index_in_memory(texts: Sequence[str], titles: Sequence[str], tag_ids: np.ndarray | None = None,
+                            language: str = DEFAULT_LANGUAGE) -> KeywordIndex:
+    """The keyword index of rows of these texts and titles (`tag_ids`: each row's tag, default public)."""
+    builders = [WordIndexBuilder(), WordIndexBuilder()]
+    for builder, strings in zip(builders, (texts, titles)):
+        for start in range(0, len(strings), TOKENIZE_CHUNK):
+            builder.add(strings[start : start + TOKENIZE_CHUNK])
+    tags = np.zeros(len(texts), dtype=np.uint16) if tag_ids is None else np.asarray(tag_ids, dtype=np.uint16)
+    tag_count = int(tags.max()) + 1 if len(tags) else 1
+    arrays = build_postings(numbered_fields(builders[0].numbered(), builders[1].numbered()), None, tags, tag_count,
+                            language)
+    return open_keyword_index(arrays.__getitem__, len(texts), language)

@@ -1,0 +1,163 @@
+"""Keyword ranking over every library of a model: Okapi BM25 with the caller's own statistics.
+
+A query's text is analyzed by each library's analyzer (host/keywords/analyzer.py); a term the
+query says twice weighs twice (as in Lucene and bm25s). The statistics are the caller's:
+
+    N        the bits they may see                      (summed over the tags they may see)
+    df(t)    of those, the bits holding t               (likewise: host/keywords/postings.py
+    avgdl    those bits' average number of terms          keeps each count per tag)
+    idf(t) = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))
+
+so a private bit never moves a public score, and hidden bits are never candidates. A bit that two
+libraries both hold counts in each (the host serves it once: the first library's). What narrows
+a query (a constraint, a library list) never changes a score either: it only masks candidates.
+
+At most MOST_TERMS distinct terms are kept, the rarest first (the common ones weigh least), so a
+query of ten thousand words costs what one of MOST_TERMS does; the answer says so in a note.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from host.catalog.model_index import ModelIndex
+from host.keywords.analyzer import analyzer
+from host.keywords.index import KeywordIndex
+from host.keywords.postings import K1, B
+from host.keywords.top import top
+from host.library.visibility import allowed_tag_ids
+from host.search.budget import FIRST_GUESS_FOR_TOKENS, GROWTH, CountType, apply_budget
+from host.store.compiled import keywords_of
+
+MOST_TERMS = 64  # distinct terms of a query: CISI's longest judged query has 134, its median 25
+
+
+@dataclass(frozen=True)
+class Weighted:
+    """A query's terms in one model, each library's numbers for them, and the caller's weights."""
+
+    terms: tuple[str, ...]  # distinct, in the order scores are summed (sorted)
+    weights: np.ndarray  # float64 per term: idf times how often the query says it
+    numbers: tuple[tuple[int | None, ...], ...]  # per library, each term's number there (None: absent)
+    average: float  # the caller's average bit length, in terms
+    notes: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.terms
+
+
+def weigh(index: ModelIndex, text: str, granted: frozenset[str]) -> Weighted:
+    """The query's terms and weights from the statistics of the bits a caller holding `granted` may see."""
+    libraries = [keywords_of(library) for library in index.libraries]
+    allowed = [_allowed(keywords, library.tags, granted) for keywords, library in zip(libraries, index.libraries)]
+    visible_rows = sum(int(keywords.tag_rows[tags].sum()) for keywords, tags in zip(libraries, allowed))
+    visible_length = sum(int(keywords.tag_lengths[tags].sum()) for keywords, tags in zip(libraries, allowed))
+    said: Counter[str] = Counter()
+    for language in dict.fromkeys(keywords.language for keywords in libraries):
+        said.update(analyzer(language).terms(text))
+    numbers = {term: tuple(keywords.find(term) for keywords in libraries) for term in said}
+    frequency = {term: sum(keywords.rows_holding(number, tags) for keywords, tags, number
+                           in zip(libraries, allowed, numbers[term]) if number is not None) for term in said}
+    held = [term for term in said if frequency[term]]
+    notes: list[str] = []
+    if len(held) > MOST_TERMS:
+        held = sorted(held, key=lambda term: (frequency[term], term))[:MOST_TERMS]
+        notes.append(f"the query has {len(said):,} distinct keywords; the {MOST_TERMS} rarest were used")
+    terms = tuple(sorted(held))
+    weights = np.array([said[term] * idf(visible_rows, frequency[term]) for term in terms], dtype=np.float64)
+    average = visible_length / visible_rows if visible_rows else 1.0
+    per_library = tuple(tuple(numbers[term][position] for term in terms) for position in range(len(libraries)))
+    return Weighted(terms, weights, per_library, average or 1.0, tuple(notes))
+
+
+def idf(documents: int, frequency: int) -> float:
+    """BM25's inverse document frequency (Lucene's form: never negative)."""
+    return math.log(1 + (documents - frequency + 0.5) / (frequency + 0.5))
+
+
+def _allowed(keywords: KeywordIndex, tags: tuple[str, ...], granted: frozenset[str]) -> np.ndarray:
+    """The tag ids of a library that a caller may see, among those its postings count."""
+    ids = [tag_id for tag_id in allowed_tag_ids(tags, granted) if tag_id < keywords.tag_rows_of_term.shape[1]]
+    return np.array(ids, dtype=np.int64)
+
+
+def keyword_top(index: ModelIndex, weighted: Weighted, k: int, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The k best rows (global) by BM25 among those `allowed` (a bool mask over the model's rows;
+    None: all), best first, ties in file order, and their scores (float64)."""
+    if weighted.empty or k < 1:
+        return np.zeros(0, np.int64), np.zeros(0, np.float64)
+    found_rows, found_scores, found_keys = [], [], []
+    for position, library in enumerate(index.libraries):
+        numbers = weighted.numbers[position]
+        held = [at for at, number in enumerate(numbers) if number is not None]
+        if not held:
+            continue
+        start, stop = int(index.offsets[position]), int(index.offsets[position + 1])
+        local_allowed = None if allowed is None else allowed[start:stop]
+        terms = [number for number in numbers if number is not None]
+        rows, scores = top(keywords_of(library), terms, weighted.weights[held].tolist(), weighted.average, k,
+                           local_allowed, library.source_rows)
+        found_rows.append(rows + start)
+        found_scores.append(scores)
+        found_keys.append((rows if library.source_rows is None else library.source_rows[rows]) + start)
+    if not found_rows:
+        return np.zeros(0, np.int64), np.zeros(0, np.float64)
+    rows, scores, keys = (np.concatenate(found) for found in (found_rows, found_scores, found_keys))
+    best = np.lexsort((keys, -scores))[:k]
+    return rows[best], scores[best]
+
+
+def keyword_scores(index: ModelIndex, weighted: Weighted, rows: Sequence[int] | np.ndarray) -> np.ndarray:
+    """The BM25 score of each of `rows` (global; 0 where a row holds no term): the same values
+    `keyword_top` gives for them, bit for bit (the parts summed in the terms' order)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    scores = np.zeros(len(rows), dtype=np.float64)
+    if weighted.empty or not len(rows):
+        return scores
+    owner = np.searchsorted(index.offsets, rows, side="right") - 1
+    for position, library in enumerate(index.libraries):
+        mine = np.flatnonzero(owner == position)
+        if not len(mine):
+            continue
+        keywords = keywords_of(library)
+        local = rows[mine] - int(index.offsets[position])
+        lengths = keywords.lengths[local].astype(np.float64)
+        norm = K1 * (1.0 - B + B * lengths / weighted.average)
+        for weight, number in zip(weighted.weights, weighted.numbers[position]):
+            if number is None:
+                continue
+            postings = keywords.postings(number)
+            at = np.searchsorted(postings.rows, local)
+            found = at < len(postings.rows)
+            found[found] = postings.rows[at[found]] == local[found]
+            frequency = postings.frequencies[at[found]].astype(np.float64)
+            scores[mine[found]] += weight * frequency / (frequency + norm[found])
+    return scores
+
+
+
+def rank_keywords(index: ModelIndex, weighted: Weighted, allowed: np.ndarray | None, count: int, count_type: CountType,
+                  keep: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, int | None]:
+    """The rows that fill the budget by BM25, best first, their scores and the first bit's cut.
+
+    Only rows holding a term are ranked: a keyword query returns nothing it does not match.
+    `keep` (rows -> bool mask) drops rows the caller's other conditions refuse (a similarity
+    threshold) before the budget sees them.
+    """
+    k = count if count_type == "bit" else FIRST_GUESS_FOR_TOKENS
+    while True:
+        rows, scores = keyword_top(index, weighted, k, allowed)
+        exhausted = len(rows) < k
+        if keep is not None and len(rows):
+            kept = keep(rows)
+            rows, scores = rows[kept], scores[kept]
+        taken, cut_to = apply_budget(index.token_counts[rows], count, count_type)
+        if exhausted or taken < len(rows) or (count_type == "bit" and taken >= count):
+            return rows[:taken], scores[:taken], cut_to
+        k *= GROWTH
