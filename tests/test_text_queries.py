@@ -75,10 +75,10 @@ def test_the_readme_first_command_answers_in_words_with_jonah_first(run_host, sa
 
 
 @pytest.mark.parametrize("body", ["json", "urlencoded", "multipart"])
-async def test_a_text_query_answers_as_its_vector_would_in_every_body_type(
+async def test_a_vector_mode_text_query_answers_as_its_vector_would_in_every_body_type(
     client: httpx.AsyncClient, minilm_embedder: MiniLMEmbedder, body: str  # noqa: F811
 ) -> None:
-    fields = {"query": JONAH, "count": "5", "count_type": "bit"}
+    fields = {"query": JONAH, "count": "5", "count_type": "bit", "mode": "vector"}
     sent = {"json": {"json": fields}, "urlencoded": {"data": fields},
             "multipart": {"files": {name: (None, value) for name, value in fields.items()}}}[body]
 
@@ -94,7 +94,7 @@ async def test_query_and_query_embedding_together_are_a_400(client: httpx.AsyncC
     response = await client.post("/", json={"query": JONAH, "query_embedding": b64(np.ones(384))})
 
     assert response.status_code == 400
-    assert response.json() == {"error": "send either query (text) or query_embedding (a vector), not both"}
+    assert response.json()["error"].startswith("send either query (text) or query_embedding (a vector), not both")
 
 
 async def test_a_query_longer_than_any_embedder_reads_is_a_400(client: httpx.AsyncClient) -> None:
@@ -103,15 +103,27 @@ async def test_a_query_longer_than_any_embedder_reads_is_a_400(client: httpx.Asy
     assert response.status_code == 400 and "at most 10,000 are read" in response.json()["error"]
 
 
-async def test_text_for_a_model_without_an_embedder_is_a_400_saying_what_to_send(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["vector", "hybrid"])
+async def test_text_for_a_model_without_an_embedder_is_a_400_saying_what_to_send(tmp_path: Path, mode: str) -> None:
     write_library(tmp_path / "libraries" / "notes.json", make_library(np.eye(8, dtype=np.float32)[:3]))
     app = create_app(Settings(libraries=tmp_path / "libraries", watch_interval=0), embedders=Embedders())
     async with connect(app) as client:
-        response = await client.post("/", json={"query": JONAH})
+        response = await client.post("/", json={"query": JONAH, "mode": mode})
 
     assert response.status_code == 400
     assert response.json()["error"] == ("this host cannot embed text for model 'test:unit-8': "
                                         "send `query_embedding` (a vector of that model)")
+
+
+async def test_text_for_a_model_without_an_embedder_is_answered_by_keywords_and_says_so(tmp_path: Path) -> None:
+    write_library(tmp_path / "libraries" / "notes.json", make_library(np.eye(8, dtype=np.float32)[:3]))
+    app = create_app(Settings(libraries=tmp_path / "libraries", watch_interval=0), embedders=Embedders())
+    async with connect(app) as client:
+        answer = (await client.post("/", json={"query": "word1_4", "count": 3, "count_type": "bit"})).json()
+
+    assert answer["details"]["notes"] == ["no embedder serves test:unit-8 here: ranked by keywords alone"]
+    assert answer["sort"] == "manual" and [bit["info"]["title"] for bit in answer["bits"]] == ["Bit 1"]
+    assert "similarity" not in answer["bits"][0] and answer["bits"][0]["score"] > 0
 
 
 # ---- a remote embedder that fails ---------------------------------------------------------------------
@@ -239,8 +251,10 @@ async def test_metrics_show_embedding_latency_and_cache_hits(client: httpx.Async
 # ---- narrowing a query: similarity_threshold and constraint (SPEC §10) ------------------------------------
 
 
-async def test_a_constraint_keeps_only_matching_bits_and_a_threshold_ends_the_list(client: httpx.AsyncClient) -> None:
-    fields = {"query": JONAH, "count": 20, "count_type": "bit", "omit": "embedding"}
+@pytest.mark.parametrize("mode", ["vector", "hybrid"])
+async def test_a_constraint_keeps_only_matching_bits_and_a_threshold_filters_the_ranking(client: httpx.AsyncClient,
+                                                                                        mode: str) -> None:
+    fields = {"query": JONAH, "count": 20, "count_type": "bit", "omit": "embedding", "mode": mode}
 
     jonah_only = (await client.post("/", json={**fields, "constraint": "title:jonah"})).json()["bits"]
     structured = (await client.post("/", json={**fields, "constraint": {"label": "title", "unparsed": "jonah"}})).json()

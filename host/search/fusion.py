@@ -15,7 +15,9 @@ rankings gave 0.446 / 0.541, vector search alone 0.419 / 0.389 and BM25 alone 0.
 pools of 20 to 5,000 it stayed within 0.450-0.459 / 0.552-0.569. The weight's default is the
 neutral one: both collections did well near it (0.4-0.5), and it was not fitted to either.
 
-A similarity threshold keeps only bits whose similarity reaches it, whichever list found them.
+A similarity threshold keeps only bits whose similarity reaches it, whichever list found them,
+and a score threshold only bits whose fused score does: both filter the ranked pool, they never
+change a bit's score or its place among the others.
 """
 
 from __future__ import annotations
@@ -35,17 +37,21 @@ DEFAULT_KEYWORD_WEIGHT = 0.5
 
 @dataclass(frozen=True)
 class Fused:
-    """Rows best first, their similarities (float32), their fused scores (float64), the first bit's cut."""
+    """Rows best first, their similarities (float32), their fused scores and keyword scores normalized
+    over the pool (float64, in [0, 1]), the first bit's cut."""
 
     rows: np.ndarray
     similarities: np.ndarray
     scores: np.ndarray
+    keyword_scores: np.ndarray
     cut_to: int | None
 
 
-def fuse(similarity: np.ndarray, keyword: np.ndarray, keyword_weight: float) -> np.ndarray:
-    """The fused score of each bit of a pool: its two scores min-max normalized over the pool, weighed."""
-    return (1.0 - keyword_weight) * _normalized(similarity.astype(np.float64)) + keyword_weight * _normalized(keyword)
+def fuse(similarity: np.ndarray, keyword: np.ndarray, keyword_weight: float) -> tuple[np.ndarray, np.ndarray]:
+    """The fused score of each bit of a pool (its two scores min-max normalized over the pool, weighed),
+    and its keyword score so normalized."""
+    keyword_part = _normalized(keyword)
+    return (1.0 - keyword_weight) * _normalized(similarity.astype(np.float64)) + keyword_weight * keyword_part, keyword_part
 
 
 def _normalized(scores: np.ndarray) -> np.ndarray:
@@ -59,33 +65,39 @@ def _normalized(scores: np.ndarray) -> np.ndarray:
 
 def rank_fused(index: ModelIndex, vector: np.ndarray, weighted: Weighted, *, granted: frozenset[str],
                allowed: np.ndarray | None, constraint: np.ndarray | None, count: int, count_type: CountType,
-               keyword_weight: float, similarity_threshold: float | None, search: Search) -> Fused:
+               keyword_weight: float, similarity_threshold: float | None, search: Search,
+               score_threshold: float | None = None) -> Fused:
     """The rows that fill the budget by the fused score (see the module docstring).
 
     `allowed` is the caller's visible rows narrowed by `constraint` (both None: every row); the
-    vector side applies the same through `rank`, so both lists draw from the same bits.
+    vector side applies the same through `rank`, so both lists draw from the same bits. Bits whose
+    fused score is below `score_threshold` are left out before the budget.
     """
     depth = max(POOL, count if count_type == "bit" else FIRST_GUESS_FOR_TOKENS)
     while True:
         nearest = rank(index, vector, granted=granted, count=depth, count_type="bit", search=search,
-                       constraint=constraint, similarity_threshold=similarity_threshold)
+                       constraint=constraint)
         keyword_rows, keyword_found = keyword_top(index, weighted, depth, allowed)
-        exhausted = len(nearest.rows) < depth and len(keyword_rows) < depth
+        # Every bit at least `similarity_threshold` similar is in the nearest list once it reaches below it.
+        nearest_done = len(nearest.rows) < depth or (
+            similarity_threshold is not None and bool(nearest.scores[-1] < similarity_threshold))
+        exhausted = nearest_done and (len(keyword_rows) < depth or similarity_threshold is not None)
         only_keywords = keyword_rows[~np.isin(keyword_rows, nearest.rows)]
         their_similarity = exact_scores(index.gather(only_keywords), vector) if len(only_keywords) else np.zeros(0, np.float32)
-        if similarity_threshold is not None:
-            kept = their_similarity >= similarity_threshold
-            only_keywords, their_similarity = only_keywords[kept], their_similarity[kept]
         rows = np.concatenate([nearest.rows, only_keywords]).astype(np.int64)
         similarities = np.concatenate([nearest.scores, their_similarity]).astype(np.float32)
         keyword = keyword_scores(index, weighted, nearest.rows)
         found_at = {int(row): score for row, score in zip(keyword_rows.tolist(), keyword_found.tolist())}
         keyword = np.concatenate([keyword, [found_at[int(row)] for row in only_keywords.tolist()]]).astype(np.float64)
-        fused = fuse(similarities, keyword, keyword_weight)
+        fused, keyword_part = fuse(similarities, keyword, keyword_weight)
         keys = rows if index.tie_keys is None else index.tie_keys[rows]
         order = np.lexsort((keys, -similarities, -fused))
-        rows, similarities, fused = rows[order], similarities[order], fused[order]
+        if similarity_threshold is not None:
+            order = order[similarities[order] >= np.float32(similarity_threshold)]
+        if score_threshold is not None:
+            order = order[fused[order] >= score_threshold]
+        rows, similarities, fused, keyword_part = rows[order], similarities[order], fused[order], keyword_part[order]
         taken, cut_to = apply_budget(index.token_counts[rows], count, count_type)
         if exhausted or taken < len(rows) or (count_type == "bit" and taken >= count):
-            return Fused(rows[:taken], similarities[:taken], fused[:taken], cut_to)
+            return Fused(rows[:taken], similarities[:taken], fused[:taken], keyword_part[:taken], cut_to)
         depth *= GROWTH

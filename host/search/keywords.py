@@ -143,17 +143,21 @@ def keyword_scores(index: ModelIndex, weighted: Weighted, rows: Sequence[int] | 
 
 
 def rank_keywords(index: ModelIndex, weighted: Weighted, allowed: np.ndarray | None, count: int, count_type: CountType,
-                  keep: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray, int | None]:
+                  keep: Callable[[np.ndarray], np.ndarray] | None = None,
+                  score_threshold: float | None = None) -> tuple[np.ndarray, np.ndarray, int | None]:
     """The rows that fill the budget by BM25, best first, their scores and the first bit's cut.
 
     Only rows holding a term are ranked: a keyword query returns nothing it does not match.
     `keep` (rows -> bool mask) drops rows the caller's other conditions refuse (a similarity
-    threshold) before the budget sees them.
+    threshold) before the budget sees them; the list ends at the first score below `score_threshold`.
     """
     k = count if count_type == "bit" else FIRST_GUESS_FOR_TOKENS
     while True:
         rows, scores = keyword_top(index, weighted, k, allowed)
         exhausted = len(rows) < k
+        if score_threshold is not None and len(scores) and scores[-1] < score_threshold:
+            above = int(np.count_nonzero(scores >= score_threshold))
+            rows, scores, exhausted = rows[:above], scores[:above], True
         if keep is not None and len(rows):
             kept = keep(rows)
             rows, scores = rows[kept], scores[kept]

@@ -15,7 +15,7 @@ RAGFlow's retrieval asks `run_hybrid_query` (RAGFlow's own term score) instead.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -99,6 +99,7 @@ class Query:
     text: str | None = None  # the question in words: what keyword and hybrid ranking read
     mode: Mode = "vector"
     keyword_weight: float = DEFAULT_KEYWORD_WEIGHT  # hybrid: the share of the keyword score, 0-1
+    score_threshold: float | None = None  # only bits whose rank score (BM25, fused; vector: similarity) reaches it
 
 
 def choose_model(catalog: Catalog, model: str | None, grant: Grant, *, reveal_all: bool = False) -> ModelIndex:
@@ -132,9 +133,10 @@ def run_query(index: ModelIndex, query: Query, grant: Grant, policy: SearchPolic
     search = search or policy.for_index(index, grant.access_tags)
     if query.mode == "vector":
         assert query.vector is not None
+        thresholds = [value for value in (query.similarity_threshold, query.score_threshold) if value is not None]
         return rank(index, query.vector, granted=grant.access_tags, count=query.count, count_type=query.count_type,
                     count_restricted=count_restricted, search=search, constraint=narrowing_mask(index, query),
-                    similarity_threshold=query.similarity_threshold)
+                    similarity_threshold=max(thresholds) if thresholds else None)
     if query.text is None:
         raise QueryError(f"mode {query.mode} needs the query's text")
     narrowing = narrowing_mask(index, query)
@@ -145,8 +147,7 @@ def run_query(index: ModelIndex, query: Query, grant: Grant, policy: SearchPolic
     everything = _ranked_by_text(index, query, every_tag, narrowing, policy.for_index(index, every_tag))
     visible = index.visible_rows(grant.access_tags)
     restricted = 0 if visible is None else int(np.count_nonzero(~visible[everything.rows]))
-    return Selection(selection.rows, selection.scores, selection.first_bit_cut_to, restricted, selection.ranks,
-                     selection.notes)
+    return replace(selection, restricted=restricted)
 
 
 def _ranked_by_text(index: ModelIndex, query: Query, granted: frozenset[str], narrowing: np.ndarray | None,
@@ -168,7 +169,8 @@ def _ranked_by_text(index: ModelIndex, query: Query, granted: frozenset[str], na
             def keep(rows: np.ndarray) -> np.ndarray:
                 kept: np.ndarray = exact_scores(index.gather(rows), vector) >= threshold
                 return kept
-        rows, scores, cut_to = rank_keywords(index, weighted, allowed, query.count, query.count_type, keep)
+        rows, scores, cut_to = rank_keywords(index, weighted, allowed, query.count, query.count_type, keep,
+                                             query.score_threshold)
         similarity = None if vector is None else exact_scores(index.gather(rows), vector)
         return Selection(rows, similarity, cut_to, 0, scores, notes)
     assert vector is not None
@@ -179,8 +181,9 @@ def _ranked_by_text(index: ModelIndex, query: Query, granted: frozenset[str], na
                          (*notes, f"{NO_KEYWORDS}: ranked by meaning alone"))
     fused = rank_fused(index, vector, weighted, granted=granted, allowed=allowed, constraint=narrowing,
                        count=query.count, count_type=query.count_type, keyword_weight=query.keyword_weight,
-                       similarity_threshold=query.similarity_threshold, search=search)
-    return Selection(fused.rows, fused.similarities, fused.cut_to, 0, fused.scores, notes)
+                       similarity_threshold=query.similarity_threshold, search=search,
+                       score_threshold=query.score_threshold)
+    return Selection(fused.rows, fused.similarities, fused.cut_to, 0, fused.scores, notes, fused.keyword_scores)
 
 
 def run_hybrid_query(index: ModelIndex, query: HybridQuery, grant: Grant) -> HybridSelection:
