@@ -45,7 +45,8 @@ def client(served: Served, token: str | None = None) -> OpenAI:
 
 
 def post_slash(served: Served, question: str, count: int, **arguments: object) -> list[dict[str, object]]:
-    answer = httpx.post(f"{served.url}/", json={"query": question, "count": count, "count_type": "bit", **arguments},
+    answer = httpx.post(f"{served.url}/", json={"query": question, "count": count, "count_type": "bit", "mode": "vector",
+                                                **arguments},
                         timeout=30).json()
     bits: list[dict[str, object]] = answer["bits"]
     return bits
