@@ -77,6 +77,7 @@ def rank_fused(index: ModelIndex, vector: np.ndarray, weighted: Weighted, *, gra
     while True:
         nearest = rank(index, vector, granted=granted, count=depth, count_type="bit", search=search,
                        constraint=constraint)
+        assert nearest.scores is not None  # ranked by the vector
         keyword_rows, keyword_found = keyword_top(index, weighted, depth, allowed)
         # Every bit at least `similarity_threshold` similar is in the nearest list once it reaches below it.
         nearest_done = len(nearest.rows) < depth or (
