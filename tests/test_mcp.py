@@ -92,7 +92,7 @@ async def test_the_client_lists_both_tools_with_their_arguments(served: Served) 
     assert sorted(tools) == ["libraries", "search"]
     search = tools["search"]
     assert set(search.input_schema["properties"]) == {"query", "count", "count_type", "library",
-                                                       "similarity_threshold", "constraint"}
+                                                       "similarity_threshold", "constraint", "mode", "keyword_weight"}
     assert search.input_schema["required"] == ["query"]
     assert search.output_schema and set(search.output_schema["properties"]) >= {"bits", "embedding_model"}
     assert search.annotations is not None and search.annotations.read_only_hint
@@ -115,6 +115,45 @@ async def test_search_answers_exactly_what_post_slash_answers(served: Served, wi
     titles = [bit["info"]["title"] for bit in as_json["bits"]]
     assert titles and all("Genesis" not in title for title in titles)
     assert any(title.startswith("Daniel 6") for title in titles) == with_token  # the drafts are private
+
+
+@pytest.mark.parametrize(("mode", "query", "first"), [
+    ("keyword", "Methuselah", "Genesis 5:"),  # the name, which vector search blurs
+    ("hybrid", "the son of Amittai", "Jonah 1:"),
+    (None, "the son of Amittai", "Jonah 1:"),  # hybrid is the default
+])
+async def test_search_ranks_in_each_mode_as_post_slash_does(served: Served, mode: str | None, query: str,
+                                                            first: str) -> None:
+    arguments = {"query": query, "count": 3, "count_type": "bit", **({"mode": mode} if mode else {})}
+
+    async with session(served.url) as connected:
+        result = await connected.call_tool("search", arguments)
+
+    assert not result.is_error
+    assert result.structured_content == post_slash(served.url, None, **arguments).json()
+    bits = result.structured_content["bits"]
+    assert bits[0]["info"]["title"].startswith(first) and result.structured_content["sort"] == "manual"
+    assert all(bit["score"] > 0 for bit in bits)
+    assert all("similarity" not in bit for bit in bits) if mode == "keyword" else all("similarity" in bit for bit in bits)
+
+
+async def test_keyword_weight_moves_the_fused_ranking_and_a_bad_one_is_refused(served: Served) -> None:
+    arguments = {"query": "the son of Amittai", "count": 5, "count_type": "bit"}
+    async with session(served.url) as connected:
+        meaning = await connected.call_tool("search", {**arguments, "keyword_weight": 0})
+        words = await connected.call_tool("search", {**arguments, "keyword_weight": 1})
+        too_much = await connected.call_tool("search", {**arguments, "keyword_weight": 1.5})
+        vector = await connected.call_tool("search", {**arguments, "mode": "vector", "keyword_weight": 0.3})
+
+    def titles(answer: dict[str, Any]) -> list[str]:
+        return [bit["info"]["title"] for bit in answer["bits"]]
+
+    by_meaning = post_slash(served.url, None, **arguments, mode="vector").json()
+    assert titles(meaning.structured_content) == titles(by_meaning)  # weight 0: meaning alone decides
+    assert titles(words.structured_content)[0].startswith("Jonah 1:")
+    assert not titles(meaning.structured_content)[0].startswith("Jonah 1:")
+    assert too_much.is_error and too_much.content[0].text.endswith("keyword_weight must be between 0 and 1, got 1.5")
+    assert vector.is_error and "applies only to mode=hybrid" in vector.content[0].text
 
 
 async def test_the_libraries_tool_lists_what_get_libraries_lists(served: Served) -> None:

@@ -6,7 +6,9 @@ Imported only by `mcp_server.build`, so the `mcp` package is needed only where /
   query core, the answer cache): its structured result is exactly `POST /`'s JSON answer for the
   same arguments (default `omit`: no embeddings), and its text is that answer as a context block
   (host/web/context_block.py), the form a model reads best, with numbered sources. `library`
-  narrows the answer to one library (and picks its model).
+  narrows the answer to one library (and picks its model). `mode` and `keyword_weight` are
+  `POST /`'s: hybrid by default (meaning and keywords fused), `vector` or `keyword` alone; an
+  agent looking for a name, a number or an identifier does best with `keyword`.
 - `libraries` lists what `GET /libraries` lists.
 
 Each call is judged by the `Authorization: Bearer` token of the HTTP request carrying it, read
@@ -57,7 +59,10 @@ class Bit(BaseModel):
     id: str
     text: str
     token_count: int
-    similarity: float
+    similarity: float | None = Field(None, description="cosine similarity to the query (absent: a keyword "
+                                                           "query ranked without its vector)")
+    score: float | None = Field(None, description="the rank score (keyword: BM25; hybrid: the fused score, 0-1), "
+                                                  "when the bits are not ranked by similarity")
     info: Info
 
 
@@ -93,24 +98,32 @@ def _request(context: Context) -> Request:
 
 async def search(
     context: Context,
-    query: Annotated[str, Field(description="What to look for, in plain words (embedded by the host).")],
+    query: Annotated[str, Field(description="What to look for, in plain words.")],
     count: Annotated[int, Field(description="The budget: tokens (count_type token) or bits (count_type bit).")] = 1000,
     count_type: Annotated[Literal["token", "bit"], Field(description="What count counts.")] = "token",
     library: Annotated[str | None, Field(description="Only this library (a name from the libraries tool).")] = None,
     similarity_threshold: Annotated[float | None, Field(
-        description="The list ends at the first bit whose similarity is below this.")] = None,
+        description="Only bits at least this similar (cosine) to the query.")] = None,
     constraint: Annotated[str | dict[str, Any] | None, Field(
         description="Only bits matching this query expression, e.g. title:jonah AND NOT text:\"great fish\" "
                     "(labels title, url, description, image_url, library, text; AND/OR/NOT; \"phrases\"; "
                     "prefix*), or its structured JSON form.")] = None,
+    mode: Annotated[Literal["hybrid", "vector", "keyword"] | None, Field(
+        description="How to rank: hybrid (the default: meaning and keywords fused), vector (meaning alone), "
+                    "keyword (BM25 alone: only bits holding a word of the query; best for names, numbers, "
+                    "identifiers and exact words).")] = None,
+    keyword_weight: Annotated[float | None, Field(
+        description="hybrid only: the keywords' share of the fused score, from 0 (meaning alone) "
+                    "to 1 (keywords alone); 0.5 when not given.")] = None,
 ) -> Annotated[CallToolResult, SearchResult]:
-    """The bits most similar to a text query, within a budget of tokens or bits: exactly POST /'s answer."""
+    """The bits that best answer a text query, within a budget of tokens or bits: exactly POST /'s answer."""
     request = _request(context)
     state = host_state(request)
     with _as_tool_errors():
         caller = request_caller(request)
         fields = {"query": query, "count": count, "count_type": count_type,
-                  "similarity_threshold": similarity_threshold, "constraint": constraint}
+                  "similarity_threshold": similarity_threshold, "constraint": constraint, "mode": mode,
+                  "keyword_weight": keyword_weight}
         args = parse_query_args(fields, max_count=state.settings.max_count,
                                 max_embedding_bytes=state.settings.max_embedding_bytes)
         catalog = state.catalog
