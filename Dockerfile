@@ -5,7 +5,8 @@
 #
 #   docker run -p 8080:8080 polymath-host:embed            # the sample library, searchable in words
 #   docker run -p 8080:8080 -e AWS_ENDPOINT_URL -e AWS_ACCESS_KEY_ID -e AWS_SECRET_ACCESS_KEY -e AWS_DEFAULT_REGION \
-#       polymath-host:edge serve --host 0.0.0.0 --libraries s3://bucket/prefix --drain-seconds 3
+#       polymath-host:edge serve --host 0.0.0.0 --libraries s3://bucket/prefix --drain-seconds 3 \
+#       --origin-key ed25519:...    # the publisher's public key: only sets it signed are served
 #
 # The mirror of a published set and the compiled stores go to /var/cache/polymath-host (a volume,
 # so a restarted container starts warm). `docker stop` sends SIGTERM: with --drain-seconds the

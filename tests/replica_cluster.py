@@ -144,10 +144,11 @@ class Cluster:
     replicas: list[RunningHost] = field(default_factory=list)
     balancer: subprocess.Popen[bytes] | None = None
     listen: int = field(default_factory=free_port)
+    arguments: tuple[str, ...] = ()  # more `serve` options for every replica (--origin-key ...)
 
     def replica_arguments(self, index: int) -> tuple[str, ...]:
         return ("--cache-dir", str(self.folder / f"cache-{index}"), "--watch-interval", str(INTERVAL),
-                "--embedder", "none", "--drain-seconds", "1")
+                "--embedder", "none", "--drain-seconds", "1", *self.arguments)
 
     def start_replica(self, index: int) -> RunningHost:
         host = spawn_host(self.origin_url, *self.replica_arguments(index), cwd=self.folder, env=self.env,

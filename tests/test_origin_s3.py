@@ -143,3 +143,28 @@ def test_an_access_file_followed_at_an_origin_grants_then_revokes(moto: MotoServ
 def host_age(host: RunningHost) -> float:
     """Seconds since `host` was spawned (the harness's timeouts count from the spawn)."""
     return time.perf_counter() - host.spawned_at
+
+
+def test_pruning_an_s3_origin_lists_and_deletes_under_its_prefix_only(moto: MotoServer, tmp_path: Path) -> None:
+    environment = {**moto.environment, **NO_AMBIENT_CREDENTIALS}
+    source = tmp_path / "source"
+    shutil.copytree(SAMPLE, source, ignore=shutil.ignore_patterns(".compiled"))
+    neighbour = publish(source, "s3://library/neighbour", env=environment)  # another prefix of the same bucket
+    assert neighbour.returncode == 0, neighbour.stderr
+    for text in ("first", "second", "third"):
+        (source / "note.json").write_text(json.dumps({"version": 1, "embedding_model": "test:unit-2", "bits": [
+            {"text": text, "embedding": "AACAPwAAAAA=", "token_count": 1, "info": {"url": f"https://example.com/{text}"}}]}))
+        done = publish(source, "s3://library/pruned", "--prune", "--keep-sets", "1", "--older-than", "0", env=environment)
+        assert done.returncode == 0, done.stderr
+    assert "pruned s3://library/pruned: deleted 2 objects" in done.stderr  # the second set's note and manifest
+    with set_environment(environment):
+        origin = open_origin("s3://library/pruned")
+        keys = {item.key for item in origin.list_objects("")}
+        neighbours = {item.key for item in open_origin("s3://library/neighbour").list_objects("")}
+        fetched = origin.fetch("manifest.json", limit=1 << 20)
+    assert fetched is not None
+    manifest = json.loads(fetched.body)
+    named = {f"objects/sha256/{entry['sha256']}" for entry in manifest["libraries"]}
+    assert keys == named | {"manifest.json"} | {key for key in keys if key.startswith("manifests/")}
+    assert len([key for key in keys if key.startswith("manifests/")]) == 1
+    assert len(neighbours) == 4  # two libraries, one history manifest, manifest.json: untouched

@@ -58,7 +58,9 @@ def test_objects_are_named_by_their_content_and_uploaded_once(tmp_path: Path, ca
     assert "~ b.json" in said and "a.json" not in said
     assert "1 objects" in said  # only the new b
     second = stored_keys(destination)
-    assert len(second - first) == 1 and first - {MANIFEST_KEY} <= second  # old objects stay: replicas may still read them
+    new_objects = {key for key in second - first if key.startswith("objects/")}
+    assert len(new_objects) == 1 and first - {MANIFEST_KEY} <= second  # old objects stay: replicas may still read them
+    assert len([key for key in second if key.startswith("manifests/")]) == 2  # each manifest under its history name
     assert main(["publish", str(source), str(destination)]) == 0
     assert "already holds this set" in capsys.readouterr().err
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 from host.catalog.generations import Catalog, discover
 from host.origin.blobs import file_digest
+from host.origin.history import next_published_at
 from host.origin.manifest import Blob, CompiledFile, Manifest, PublishedLibrary
 
 
@@ -60,7 +60,7 @@ def plan_publication(source: Path, *, catalog: Catalog | None = None, compiled_d
         if library is not None and compiled_dir is not None:
             published = with_compiled_store(published, compiled_dir / library.name, files)
         libraries.append(published)
-    manifest = Manifest(tuple(libraries), access[0] if access else None, datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    manifest = Manifest(tuple(libraries), access[0] if access else None, next_published_at(None))
     return Publication(manifest, files, access[1] if access else None, stats)
 
 

@@ -4,7 +4,8 @@ The catalog only ever reads local files: this module brings them. Under the cach
 
     blobs/<sha256>      every blob of the sets kept, whole and checked (host/origin/blobs.py)
     sets/<id>/          one published set as a library folder: hard links to blobs at the paths
-                        the manifest names, and its manifest as .manifest.json (hidden: not a library)
+                        the manifest names, its manifest as .manifest.json and, when keys are
+                        pinned, its signature as .signature.json (hidden: not libraries)
     current             the id of the last good set; a set is named here only once it is complete
     access.json         the access file in force (the manifest's, or the one --access URL names)
     compiled/<name>/    compiled stores: published ones put in place whole, the others compiled here
@@ -16,6 +17,13 @@ into place, names it in `current` and swaps the access file. Any fault on the wa
 5xx, a stall, a cut or corrupt transfer, a manifest naming a missing blob, refused credentials)
 leaves the last good set serving: nothing of the new set is in use until all of it is there. A
 missing manifest after a good one is such a fault too: unpublishing is publishing an empty set.
+
+With pinned publisher keys (`serve --origin-key`), a changed manifest is used only once a pinned
+key's signature of its exact bytes verifies (host/origin/signatures.py), before anything it names is
+downloaded, and only if it was published after the set in force (an old signed manifest put back
+is a replay); an unsigned, badly signed or replayed manifest is a fault like the others, counted by
+reason and said in one line for each manifest refused. A cached set is served at start only if
+it still verifies with the keys pinned now (a key removed from the pins takes its sets with it).
 
 Several worker processes may share one cache: syncs take turns under an flock on `.sync.lock`,
 and a worker that finds a set already built just switches to it.
@@ -31,16 +39,26 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from access.config import parse_settings, read_json_object
 from access.errors import AccessConfigError
 from host.origin import ObjectMissing, Origin, OriginError
 from host.origin.blobs import BlobStore, file_digest
+from host.origin.history import published_time
 from host.origin.manifest import MANIFEST_KEY, MANIFEST_LIMIT, Blob, Manifest, ManifestError, parse_manifest
+from host.origin.publisher_keys import PublicKey
+from host.origin.signatures import (
+    REASONS,
+    REPLAYED,
+    SIGNATURE_LIMIT,
+    SignatureRefused,
+    signature_key,
+    verify_manifest,
+)
 from host.store.compiled import STORE_FORMAT, install_compiled
 
 log = logging.getLogger("polymath_host.origin")
@@ -48,6 +66,7 @@ log = logging.getLogger("polymath_host.origin")
 ACCESS_LIMIT = 16 << 20
 DOWNLOADS = 4  # blobs downloaded at once
 SETS_KEPT = 2  # the set in force and the one before it (another worker may still be reading it)
+MANIFEST_FILE, SIGNATURE_FILE = ".manifest.json", ".signature.json"  # in a set's folder
 
 
 @dataclass
@@ -57,6 +76,7 @@ class SyncStatus:
     last_good: float | None = None  # time.time() of the last poll that left this process current
     failures: int = 0  # polls that failed, since start
     problem: str | None = None  # the fault of the current outage, said once; None while all is well
+    refusals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))  # manifests refused, by reason
 
     def good(self, origin: str) -> None:
         if self.problem is not None:
@@ -64,9 +84,10 @@ class SyncStatus:
         self.problem = None
         self.last_good = time.time()
 
-    def failed(self, origin: str, problem: str, serving: str) -> None:
+    def failed(self, origin: str, problem: str, serving: str, *, each_new: bool = False) -> None:
+        """Count a failed poll; say it if it starts an outage (or, `each_new`, if it is a new problem)."""
         self.failures += 1
-        if self.problem is None:
+        if self.problem is None or (each_new and problem != self.problem):
             log.error("origin sync failed, %s: %s", serving, problem)
         self.problem = problem
 
@@ -74,8 +95,11 @@ class SyncStatus:
 class Replica:
     """The mirror of the set published at `origin`, in `cache`."""
 
-    def __init__(self, origin: Origin, cache: Path, *, access_from_manifest: bool = True) -> None:
+    def __init__(self, origin: Origin, cache: Path, *, access_from_manifest: bool = True,
+                 keys: Sequence[PublicKey] = ()) -> None:
         self.origin = origin
+        self.keys = tuple(keys)  # pinned publisher keys: none means the origin is trusted unsigned
+        self.cache_refused: str | None = None  # why a cached set was not taken at start, if one was not
         self.cache = cache
         self.blobs = BlobStore(cache / "blobs")
         self.sets = cache / "sets"
@@ -97,7 +121,9 @@ class Replica:
             switched = self.sync()
         except (OriginError, ManifestError, AccessConfigError, OSError) as problem:
             serving = "still serving the set synced before" if self._set_id else "not ready until the first good sync"
-            self.status.failed(self.origin.url, one_line(problem), serving)
+            if isinstance(problem, SignatureRefused):
+                self.status.refusals[problem.reason] += 1
+            self.status.failed(self.origin.url, one_line(problem), serving, each_new=isinstance(problem, SignatureRefused))
             return None
         self.status.good(self.origin.url)
         return switched
@@ -115,11 +141,17 @@ class Replica:
         if set_id == self._set_id:
             self._etag = fetched.etag
             return None
-        manifest = parse_manifest(fetched.body, f"{self.origin.url}/{MANIFEST_KEY}")
+        where = f"{self.origin.url}/{MANIFEST_KEY}"
+        signature = self._verified(fetched.body, f"{where} (set {set_id[:12]})") if self.keys else None
+        manifest = parse_manifest(fetched.body, where)
+        if self.keys:
+            self._check_newer(manifest, f"{where} (set {set_id[:12]})")
         with self._locked():
             folder = self.sets / set_id
-            if not (folder / ".manifest.json").exists():
-                self._build(manifest, fetched.body, folder)
+            if not (folder / MANIFEST_FILE).exists():
+                self._build(manifest, fetched.body, folder, signature)
+            elif signature is not None:  # built before keys were pinned, or by a worker a moment ago
+                _write_atomically(folder / SIGNATURE_FILE, signature)
             self._install_compiled(manifest)
             self._install_access(manifest)
             _write_atomically(self.cache / "current", set_id.encode())
@@ -129,7 +161,33 @@ class Replica:
                  manifest.published_at or "(no date)", len(manifest.libraries))
         return folder
 
-    def _build(self, manifest: Manifest, body: bytes, folder: Path) -> None:
+    def _verified(self, body: bytes, where: str) -> bytes:
+        """The signature object of the manifest `body`, once a pinned key's signature verifies (else SignatureRefused)."""
+        try:
+            fetched = self.origin.fetch(signature_key(body), limit=SIGNATURE_LIMIT)
+        except ObjectMissing:
+            fetched = None
+        document = fetched.body if fetched is not None else None
+        verify_manifest(body, document, self.keys, where)
+        assert document is not None
+        return document
+
+    def _check_newer(self, manifest: Manifest, where: str) -> None:
+        """SignatureRefused (replayed) unless `manifest` was published after the set in force."""
+        current = self.current()
+        if current is None:
+            return
+        try:
+            before = parse_manifest((current / MANIFEST_FILE).read_bytes(), str(current))
+        except (OSError, ManifestError):
+            return
+        then, now = published_time(before.published_at), published_time(manifest.published_at)
+        if then is not None and (now is None or now <= then):
+            raise SignatureRefused(f"{where}: published {manifest.published_at or '(no date)'}, not after the set in force "
+                                   f"({before.published_at}): refused as a replayed manifest (if the publisher's clock "
+                                   "went back, publish again with the right time)", REPLAYED)
+
+    def _build(self, manifest: Manifest, body: bytes, folder: Path, signature: bytes | None) -> None:
         """Download what is missing and lay the set out under a temporary name, then rename it in."""
         missing = [blob for blob in self._needed(manifest) if not self.blobs.has(blob)]
         with ThreadPoolExecutor(DOWNLOADS) as downloads:  # a few at once: small blobs cost round trips
@@ -147,7 +205,9 @@ class Replica:
                 target = building / library.path
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.link(stored, target)
-            (building / ".manifest.json").write_bytes(body)
+            (building / MANIFEST_FILE).write_bytes(body)
+            if signature is not None:
+                (building / SIGNATURE_FILE).write_bytes(signature)
             building.rename(folder)
         finally:
             shutil.rmtree(building, ignore_errors=True)
@@ -196,16 +256,27 @@ class Replica:
         wanted: set[str] = set()
         for entry in keep:
             with contextlib.suppress(OSError, ManifestError):
-                manifest = parse_manifest((entry / ".manifest.json").read_bytes(), str(entry))
+                manifest = parse_manifest((entry / MANIFEST_FILE).read_bytes(), str(entry))
                 wanted.update(blob.sha256 for blob in manifest.blobs())
         self.blobs.keep_only(wanted)
 
     def _current_id(self) -> str | None:
-        with contextlib.suppress(OSError):
+        """The cached set named current, if it is whole (and, with pinned keys, still verifies with them)."""
+        try:
             set_id = (self.cache / "current").read_text().strip()
-            if set_id and (self.sets / set_id / ".manifest.json").exists():
-                return set_id
-        return None
+            folder = self.sets / set_id
+            body = (folder / MANIFEST_FILE).read_bytes() if set_id else None
+        except OSError:
+            return None
+        if body is None or not self.keys:
+            return set_id or None
+        try:
+            signature = (folder / SIGNATURE_FILE).read_bytes() if (folder / SIGNATURE_FILE).exists() else None
+            verify_manifest(body, signature, self.keys, f"the cached set {set_id[:12]} in {self.cache}")
+        except (OSError, SignatureRefused) as problem:
+            self.cache_refused = one_line(problem)
+            return None
+        return set_id
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:

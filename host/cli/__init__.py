@@ -10,7 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import access.cli
 import host.importer.cli
-from host.cli import library_commands, publish, serve
+from host.cli import library_commands, publish, publisher_key, serve
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.register(commands)
     library_commands.register(commands)
     publish.register(commands)
+    publisher_key.register(commands)
     host.importer.cli.register(commands)
     access.cli.register(commands)
     return parser

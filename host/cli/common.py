@@ -4,6 +4,7 @@ text), and messages to the user on stderr."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import typing
 from dataclasses import MISSING, fields
@@ -44,3 +45,15 @@ def _shown(default: Any) -> str:
 
 def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"([0-9]{1,7})([smhdw])|0")
+
+
+def parse_duration(text: str) -> float | None:
+    """'90s', '15m', '12h', '1d', '2w' (or '0') in seconds; None for anything else."""
+    match = _DURATION.fullmatch(text.strip())
+    if match is None:
+        return None
+    return float(int(match[1]) * _UNITS[match[2]]) if match[1] else 0.0

@@ -65,11 +65,13 @@ def serve_command(args: argparse.Namespace) -> int:
             say(f"error: --cors-origin: {problem}")
             return 1
         try:
-            for line in syncing.result():
-                say(line)
+            said = syncing.result()
         except StartRefused as problem:
             say(f"error: {problem}")
             return 1
+        for line in [sources.trust_line(), *said]:
+            if line is not None:
+                say(line)
     settings, access_file = sources.settings, sources.access_file
     try:
         access_control = AccessControl.from_file(access_file)

@@ -13,7 +13,7 @@ names the origin and the key, never a credential, and say which kind of trouble 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -46,6 +46,15 @@ class ObjectMissing(OriginError):
 class Fetched:
     body: bytes
     etag: str | None  # what to send next time to hear "not modified"; None when the origin gives none
+
+
+@dataclass(frozen=True)
+class Listed:
+    """An object found by `list_objects`: what `publish --prune` weighs before deleting it."""
+
+    key: str  # relative to the origin, as every other key
+    size: int
+    modified: float  # seconds since the epoch, as the origin's clock saw its last write
 
 
 Progress = Callable[[int], object]  # called with bytes moved since the last call
@@ -82,6 +91,14 @@ class Origin(ABC):
     @abstractmethod
     def put(self, key: str, body: bytes) -> None:
         """Store `body` under `key`; readers see the old object or the whole new one."""
+
+    @abstractmethod
+    def list_objects(self, prefix: str) -> Iterator[Listed]:
+        """Every object whose key starts with `prefix` (`objects/`), in no particular order."""
+
+    @abstractmethod
+    def delete(self, keys: Sequence[str]) -> None:
+        """Remove these objects; one already gone is not an error."""
 
     def __str__(self) -> str:
         return self.url

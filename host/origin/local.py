@@ -10,11 +10,20 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from host.origin.base import Fetched, ObjectMissing, Origin, OriginRefused, OriginUnreachable, Progress, Sink
+from host.origin.base import (
+    Fetched,
+    Listed,
+    ObjectMissing,
+    Origin,
+    OriginRefused,
+    OriginUnreachable,
+    Progress,
+    Sink,
+)
 
 COPY_BLOCK = 1 << 20
 
@@ -76,6 +85,30 @@ class FolderOrigin(Origin):
 
     def put(self, key: str, body: bytes) -> None:
         self._replace(key, lambda target: target.write_bytes(body))
+
+    def list_objects(self, prefix: str) -> Iterator[Listed]:
+        """Files under the folder whose key starts with `prefix`; hidden ones (a write in progress) left out."""
+        folder, _, _ = prefix.rpartition("/")
+        top = self.root / folder
+        for directory, subfolders, names in os.walk(top):
+            subfolders[:] = [name for name in subfolders if not name.startswith(".")]
+            for name in names:
+                path = Path(directory) / name
+                key = path.relative_to(self.root).as_posix()
+                if name.startswith(".") or not key.startswith(prefix):
+                    continue
+                with contextlib.suppress(FileNotFoundError):  # deleted while we looked
+                    stat = path.stat()
+                    yield Listed(key, stat.st_size, stat.st_mtime)
+
+    def delete(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            try:
+                self._path(key).unlink()
+            except FileNotFoundError:
+                continue
+            except OSError as problem:
+                raise OriginRefused(f"{self.url}/{key}: cannot be deleted ({problem.strerror})") from None
 
     def _replace(self, key: str, write: Callable[[Path], object]) -> None:
         target = self._path(key)

@@ -13,12 +13,14 @@ failing store costs one poll, never a stuck replica.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from host.origin.base import (
     Fetched,
+    Listed,
     ObjectMissing,
     Origin,
     OriginError,
@@ -32,6 +34,7 @@ CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 10.0  # a stall longer than this is a failed poll; the next one tries again
 ATTEMPTS = 2
 CONNECTIONS = 48  # the transfer manager's 10 threads for each of the few blobs downloaded at once
+DELETE_BATCH = 1000  # keys in one DeleteObjects request, S3's limit
 EXTRA = "s3:// origins need boto3: pip install 'polymath-host[s3]'"
 MISSING_CODES = {"NoSuchKey", "404", "NotFound"}
 REFUSED_CODES = {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
@@ -112,6 +115,31 @@ class S3Origin(Origin):
             self._client.put_object(Bucket=self.bucket, Key=self._key(key), Body=body)
         except Exception as problem:
             raise self._translated(problem, key) from None
+
+    def list_objects(self, prefix: str) -> Iterator[Listed]:
+        start = len(self._key(""))
+        try:
+            pages = self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self._key(prefix))
+            for page in pages:
+                for item in page.get("Contents", ()):
+                    yield Listed(item["Key"][start:], int(item["Size"]), item["LastModified"].timestamp())
+        except Exception as problem:
+            raise self._translated(problem, prefix) from None
+
+    def delete(self, keys: Sequence[str]) -> None:
+        for first in range(0, len(keys), DELETE_BATCH):
+            batch = keys[first: first + DELETE_BATCH]
+            try:
+                answer = self._client.delete_objects(Bucket=self.bucket, Delete={
+                    "Objects": [{"Key": self._key(key)} for key in batch], "Quiet": True})
+            except Exception as problem:
+                raise self._translated(problem, batch[0]) from None
+            for error in answer.get("Errors", ()):
+                code = str(error.get("Code", ""))
+                if code not in MISSING_CODES:
+                    key = str(error.get("Key", ""))[len(self._key("")):]
+                    kind = OriginRefused if code in REFUSED_CODES else OriginUnreachable
+                    raise kind(f"{self.url}/{key}: cannot be deleted ({code})")
 
     def _translated(self, problem: Exception, key: str) -> Exception:
         """One safe line for whatever boto3 raised: built from the kind and code, never its text."""

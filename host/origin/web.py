@@ -17,11 +17,13 @@ import os
 import socket
 import urllib.error
 import urllib.request
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlparse
 
 from host.origin.base import (
     Fetched,
+    Listed,
     ObjectMissing,
     Origin,
     OriginError,
@@ -101,6 +103,12 @@ class WebOrigin(Origin):
         raise self._read_only()
 
     def put(self, key: str, body: bytes) -> None:
+        raise self._read_only()
+
+    def list_objects(self, prefix: str) -> Iterator[Listed]:
+        raise self._read_only()
+
+    def delete(self, keys: Sequence[str]) -> None:
         raise self._read_only()
 
     def _read_only(self) -> OriginRefused:

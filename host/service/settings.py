@@ -41,6 +41,12 @@ class Settings:
         "where compiled libraries go (default: <libraries>/.compiled); with --libraries URL, the mirror of "
         "the published set too (default: $POLYMATH_HOST_CACHE_DIR or ~/.cache/polymath-host, under origins/)",
         metavar="DIR"))
+    origin_key: str | None = field(default=None, metadata=option(
+        "with --libraries URL: a publisher key that signs the published set (ed25519:..., as polymath-host "
+        "publisher-key public prints it, or a file holding it); repeat it to pin several (during a key rotation). "
+        "A manifest no pinned key signed is refused and the last good set keeps serving. Without it, the origin "
+        "is trusted unsigned: whoever can write to it decides what this replica serves", metavar="KEY_OR_FILE",
+        repeatable=True))
     max_body_bytes: int = field(default=1 << 20, metadata=option(
         "largest request body accepted (default %(default)s)", metavar="N"))
     max_count: int = field(default=100_000, metadata=option(

@@ -7,6 +7,7 @@ import time
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
+from host.catalog.replica import Replica
 from host.search.batching import BATCHER
 from host.service.prometheus import heading, sample
 from host.web.openapi import OPENAPI
@@ -66,7 +67,22 @@ def origin_lines(state: HostState) -> list[str]:
             *(sample("polymath_origin_sync_failures_total", labels, status.failures) for labels, status in statuses),
             *heading("polymath_origin_in_step", "gauge", "1 when the last poll of the origin succeeded, else 0."),
             *(sample("polymath_origin_in_step", labels, int(status.problem is None and status.last_good is not None))
-              for labels, status in statuses)]
+              for labels, status in statuses),
+            *signature_lines(sources.replica)]
+
+
+def signature_lines(replica: Replica | None) -> list[str]:
+    """Whether a replica checks its manifests' signatures, and the manifests it refused (per reason)."""
+    if replica is None:
+        return []
+    labels = (("source", "libraries"),)
+    return [*heading("polymath_origin_signed", "gauge",
+                     "1 when pinned publisher keys (--origin-key) must sign the set, 0 when the origin is trusted unsigned."),
+            sample("polymath_origin_signed", labels, int(bool(replica.keys))),
+            *heading("polymath_origin_signature_refusals_total", "counter",
+                     "Polls that refused the origin's manifest: unsigned, unpinned_key, bad_signature or replayed."),
+            *(sample("polymath_origin_signature_refusals_total", (*labels, ("reason", reason)), count)
+              for reason, count in replica.status.refusals.items())]
 
 
 async def openapi(request: Request) -> Response:
