@@ -7,6 +7,7 @@ OpenAI-compatible one talking to a real local HTTP server (tests/embedding_servi
 from __future__ import annotations
 
 import base64
+import json
 import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -284,3 +285,79 @@ async def test_a_bad_constraint_or_threshold_is_a_400_naming_it(
     response = await client.post("/", json={"query": JONAH, **fields})
 
     assert response.status_code == 400 and says in response.json()["error"], response.text
+
+
+# ---- modes: keyword and hybrid (issue 31) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("question", "verse"), [("Methuselah", "Genesis 5:"), ("the son of Amittai", "Jonah 1:")])
+async def test_a_rare_name_brings_its_passage_into_the_top_three_by_default(client: httpx.AsyncClient, question: str,
+                                                                           verse: str) -> None:
+    answer = (await client.post("/", json={"query": question, "count": 3, "count_type": "bit"})).json()
+    by_meaning = (await client.post("/", json={"query": question, "count": 3, "count_type": "bit",
+                                               "mode": "vector"})).json()
+
+    assert any(bit["info"]["title"].startswith(verse) for bit in answer["bits"]), answer
+    assert answer["sort"] == "manual" and all(0 <= bit["score"] <= 1 and "similarity" in bit for bit in answer["bits"])
+    assert not any(bit["info"]["title"].startswith(verse) for bit in by_meaning["bits"])  # what the issue saw
+
+
+async def test_a_keyword_query_answers_only_bits_holding_its_words_ranked_by_bm25(client: httpx.AsyncClient) -> None:
+    answer = (await client.post("/", data={"query": "Methuselah", "mode": "keyword", "count": "10",
+                                            "count_type": "bit"})).json()
+
+    assert [bit["info"]["title"][:10] for bit in answer["bits"]] == ["Genesis 5:"] * 2
+    scores = [bit["score"] for bit in answer["bits"]]
+    assert scores == sorted(scores, reverse=True) and all("similarity" not in bit for bit in answer["bits"])
+    assert all("methuselah" in bit["text"].lower() for bit in answer["bits"])
+
+
+async def test_stop_words_alone_are_an_empty_keyword_answer_and_a_vector_ranked_hybrid_one(
+        client: httpx.AsyncClient) -> None:
+    keyword = (await client.post("/", json={"query": "to be or not to be", "mode": "keyword"})).json()
+    hybrid = (await client.post("/", json={"query": "?!...", "count": 3, "count_type": "bit"})).json()
+
+    assert keyword["bits"] == [] and "nothing matches it" in keyword["details"]["notes"][0]
+    assert len(hybrid["bits"]) == 3 and hybrid["sort"] == "similarity" and "score" not in hybrid["bits"][0]
+    assert hybrid["details"]["notes"] == ["the query has no keyword (only stop words or punctuation): "
+                                          "ranked by meaning alone"]
+
+
+@pytest.mark.parametrize("mode", ["keyword", "hybrid"])
+async def test_a_query_of_ten_thousand_characters_is_bounded_and_says_so(client: httpx.AsyncClient, sample: Path,
+                                                                         mode: str) -> None:
+    bits = json.loads((sample / "sample.json").read_text())["bits"]
+    words = " ".join(bit["text"] for bit in bits)[:10_000]
+    answer = (await client.post("/", json={"query": words, "mode": mode, "count": 5, "count_type": "bit"})).json()
+
+    assert len(answer["bits"]) == 5
+    assert answer["details"]["notes"][0].endswith("distinct keywords; the 64 rarest were used")
+
+
+@pytest.mark.parametrize(("fields", "says"), [
+    ({"query": JONAH, "mode": "semantic"}, "mode must be one of vector, keyword, hybrid, got 'semantic'"),
+    ({"query_embedding": b64(np.ones(384)), "mode": "keyword"}, "mode=keyword ranks by the query's words: send query"),
+    ({"mode": "hybrid"}, "mode=hybrid ranks by the query's words: send query (text)"),
+    ({"query": JONAH, "keyword_weight": 1.5}, "keyword_weight must be between 0 and 1, got 1.5"),
+    ({"query": JONAH, "keyword_weight": "much"}, "keyword_weight must be a number, got 'much'"),
+    ({"query": JONAH, "mode": "vector", "keyword_weight": 0.3}, "keyword_weight weighs keywords against meaning"),
+])
+async def test_a_bad_mode_or_weight_is_a_400_naming_it(client: httpx.AsyncClient, fields: dict[str, Any],
+                                                       says: str) -> None:
+    response = await client.post("/", json=fields)
+
+    assert response.status_code == 400 and says in response.json()["error"], response.text
+    assert (await client.post("/", json={"query": JONAH})).status_code == 200  # and the host serves on
+
+
+async def test_hybrid_takes_a_vector_and_words_together_and_weighs_them(client: httpx.AsyncClient,
+                                                                       minilm_embedder: MiniLMEmbedder) -> None:  # noqa: F811
+    vector = b64(minilm_embedder.embed(["the son of Amittai"])[0])
+    sent = (await client.post("/", json={"query": "the son of Amittai", "query_embedding": vector, "mode": "hybrid",
+                                          "count": 5, "count_type": "bit"})).json()
+    embedded = (await client.post("/", json={"query": "the son of Amittai", "count": 5, "count_type": "bit"})).json()
+    by_words = (await client.post("/", json={"query": "the son of Amittai", "keyword_weight": 1, "count": 1,
+                                              "count_type": "bit"})).json()
+
+    assert sent["bits"] == embedded["bits"]
+    assert by_words["bits"][0]["info"]["title"].startswith("Jonah 1:")

@@ -1,0 +1,219 @@
+"""Keyword and hybrid ranking over compiled libraries, through the query core (host/search/query.py):
+the caller's own statistics, budgets, thresholds, constraints, and what private bits may never do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from keyword_reference import bm25_scores, ranked
+from librarian import b64, exact_dot_products, unit_vectors, write_library
+
+from access import ANONYMOUS, Grant
+from host.catalog.generations import load_catalog
+from host.catalog.model_index import ModelIndex
+from host.constraints import parse_constraint
+from host.search.fusion import POOL, fuse
+from host.search.keywords import MOST_TERMS, weigh
+from host.search.query import Query, SearchPolicy, run_query
+
+POLICY = SearchPolicy(mode="exact")
+PUBLIC_TEXTS = [
+    "And Methuselah lived an hundred eighty and seven years, and begat Lamech.",
+    "Now the word of the LORD came unto Jonah the son of Amittai, saying,",
+    "Arise, go to Nineveh, that great city, and cry against it.",
+    "But Jonah rose up to flee unto Tarshish from the presence of the LORD.",
+    "Now the LORD had prepared a great fish to swallow up Jonah.",
+    "And Jonah was in the belly of the fish three days and three nights.",
+    "Then Jonah prayed unto the LORD his God out of the fish's belly,",
+    "And all the days of Methuselah were nine hundred sixty and nine years: and he died.",
+    "And the LORD spake unto the fish, and it vomited out Jonah upon the dry land.",
+    "The sea wrought, and was tempestuous.",
+]
+PRIVATE_TEXTS = [
+    "Draft: Jonah and the great fish, retold; Jonah Jonah Jonah.",
+    "Draft: Methuselah, a study of long years and the sea.",
+    "Unpublished notes on Nineveh and the whale.",
+]
+
+
+def library(texts: list[str], seed: int, titles: list[str] | None = None) -> dict:
+    vectors = unit_vectors(len(texts), 8, seed)
+    return {"version": 1, "embedding_model": "test:unit-8", "bits": [
+        {"text": text, "embedding": b64(vector), "token_count": 5 + len(text) // 10,
+         "info": {"url": f"https://example.com/{seed}/{row}", "title": (titles or [""] * len(texts))[row]}}
+        for row, (text, vector) in enumerate(zip(texts, vectors))]}
+
+
+def catalog_of(tmp_path: Path, *, private: bool) -> ModelIndex:
+    folder = tmp_path / ("with" if private else "without")
+    write_library(folder / "bible.json", library(PUBLIC_TEXTS, 1, [f"Verse {row}" for row in range(10)]))
+    if private:
+        write_library(folder / "access" / "drafts" / "notes.json", library(PRIVATE_TEXTS, 2))
+    (index,) = load_catalog(folder).models.values()
+    return index
+
+
+@pytest.fixture(scope="module")
+def public(tmp_path_factory: pytest.TempPathFactory) -> ModelIndex:
+    return catalog_of(tmp_path_factory.mktemp("keywords"), private=False)
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> ModelIndex:
+    return catalog_of(tmp_path_factory.mktemp("keywords"), private=True)
+
+
+def texts_and_titles(index: ModelIndex) -> tuple[list[str], list[str], list[str]]:
+    records = [library.record(row) for library in index.libraries for row in range(library.bit_count)]
+    ids = [library.bit_id(row) for library in index.libraries for row in range(library.bit_count)]
+    return [record["text"] for record in records], [record["info"].get("title", "") for record in records], ids
+
+
+def ask(index: ModelIndex, text: str, mode: str = "keyword", grant: Grant = ANONYMOUS, **options: object):
+    vector = unit_vectors(1, 8, 99)[0]
+    fields = {"count": 10, "count_type": "bit", **options}
+    return run_query(index, Query(vector if mode != "keyword" else None, text=text, mode=mode, **fields),  # type: ignore[arg-type]
+                     grant, POLICY)
+
+
+def as_bits(index: ModelIndex, selection) -> list[tuple[str, float]]:
+    """The answer by bit id, with each bit's rank score (its similarity where it was ranked by it)."""
+    ids = texts_and_titles(index)[2]
+    scores = selection.scores if selection.ranks is None else selection.ranks
+    return [(ids[row], score) for row, score in zip(selection.rows.tolist(), scores.tolist())]
+
+
+# ---- keyword ranking ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("question", ["Jonah", "the fish's belly", "Methuselah years", "great fish Nineveh LORD"])
+@pytest.mark.parametrize("grant", [ANONYMOUS, Grant("editor", frozenset({"drafts"}))], ids=["anonymous", "drafts"])
+def test_keyword_scores_are_bm25_over_the_bits_the_caller_may_see(mixed: ModelIndex, question: str, grant: Grant) -> None:
+    texts, titles, _ = texts_and_titles(mixed)
+    visible = mixed.visible_rows(grant.access_tags)
+    seen = [True] * len(texts) if visible is None else visible.tolist()
+    selection = ask(mixed, question, grant=grant)
+    expected = ranked(bm25_scores(texts, titles, seen, question))[:10]
+    assert list(zip(selection.rows.tolist(), selection.ranks.tolist())) == expected
+    assert selection.scores is None  # no vector was asked for: no similarity to report
+
+
+@pytest.mark.parametrize("mode", ["keyword", "hybrid"])
+@pytest.mark.parametrize("question", ["Jonah", "Methuselah years sea", "whale", "great fish"])
+def test_private_bits_never_change_an_anonymous_callers_answer(public: ModelIndex, mixed: ModelIndex, mode: str,
+                                                               question: str) -> None:
+    assert as_bits(mixed, ask(mixed, question, mode)) == as_bits(public, ask(public, question, mode))
+
+
+def test_a_granted_caller_finds_private_bits_and_their_statistics_count(mixed: ModelIndex) -> None:
+    anonymous = ask(mixed, "Jonah")
+    granted = ask(mixed, "Jonah", grant=Grant("editor", frozenset({"drafts"})))
+    texts = texts_and_titles(mixed)[0]
+    assert len(granted.rows) == len(anonymous.rows) + 1
+    assert texts[granted.rows[0]] == PRIVATE_TEXTS[0]  # the draft that says Jonah four times
+    assert granted.ranks[1] != anonymous.ranks[0]  # more bits seen, another idf
+
+
+def test_the_budget_counts_tokens_and_cuts_a_first_bit_that_alone_overflows(public: ModelIndex) -> None:
+    all_of_them = ask(public, "Jonah LORD fish")
+    budget = int(public.token_counts[all_of_them.rows[:3]].sum())
+    three = ask(public, "Jonah LORD fish", count=budget, count_type="token")
+    assert three.rows.tolist() == all_of_them.rows[:3].tolist() and three.first_bit_cut_to is None
+    first = ask(public, "Jonah LORD fish", count=2, count_type="token")
+    assert first.rows.tolist() == all_of_them.rows[:1].tolist() and first.first_bit_cut_to == 2
+
+
+def test_a_constraint_narrows_without_changing_a_score(public: ModelIndex) -> None:
+    everything = dict(zip(ask(public, "Jonah fish").rows.tolist(), ask(public, "Jonah fish").ranks.tolist()))
+    narrowed = ask(public, "Jonah fish", constraint=parse_constraint("belly"))
+    assert narrowed.rows.tolist() == [5, 6]
+    assert narrowed.ranks.tolist() == [everything[5], everything[6]]
+
+
+def test_stop_words_alone_find_nothing_by_keyword_and_say_so(public: ModelIndex) -> None:
+    selection = ask(public, "to be or not to be?!")
+    assert len(selection.rows) == 0
+    assert selection.notes == ("the query has no keyword (only stop words or punctuation): nothing matches it",)
+
+
+def test_words_no_bit_holds_weigh_nothing(public: ModelIndex) -> None:
+    selection = ask(public, " ".join([*(f"unheard{n}" for n in range(200)), "Methuselah"]))
+    assert sorted(selection.rows.tolist()) == [0, 7] and selection.notes == ()
+
+
+def test_a_query_of_many_keywords_keeps_its_rarest_and_says_so(tmp_path: Path) -> None:
+    # Bit n holds the words word0 ... word{n}: word{n} is held by the bits from n on, so the higher, the rarer.
+    texts = [" ".join(f"word{n}" for n in range(last + 1)) for last in range(100)]
+    write_library(tmp_path / "words.json", library(texts, 3))
+    (index,) = load_catalog(tmp_path).models.values()
+    weighted = weigh(index, " ".join(f"word{n}" for n in range(100)), frozenset())
+    assert len(weighted.terms) == MOST_TERMS and set(weighted.terms) == {f"word{n}" for n in range(100 - MOST_TERMS, 100)}
+    assert weighted.notes == (f"the query has 100 distinct keywords; the {MOST_TERMS} rarest were used",)
+
+
+# ---- hybrid ranking --------------------------------------------------------------------------------------
+
+
+def test_fusion_normalizes_each_score_over_the_pool_and_weighs_them() -> None:
+    fused, keyword = fuse(np.array([0.9, 0.5, 0.1], np.float32), np.array([0.0, 4.0, 2.0]), 0.5)
+    assert keyword.tolist() == [0.0, 1.0, 0.5]
+    np.testing.assert_allclose(fused, [0.5, 0.5 * 0.5 + 0.5, 0.25], rtol=1e-7)
+    equal, _ = fuse(np.array([0.3, 0.3], np.float32), np.array([1.0, 1.0]), 0.25)
+    assert equal.tolist() == [1.0, 1.0]  # nothing to tell them apart
+
+
+def test_hybrid_ranks_every_pool_bit_by_the_fused_score_and_reports_its_similarity(public: ModelIndex) -> None:
+    vector = unit_vectors(1, 8, 99)[0]
+    selection = ask(public, "Jonah fish", "hybrid")
+    texts, titles, _ = texts_and_titles(public)
+    keyword = bm25_scores(texts, titles, [True] * 10, "Jonah fish")
+    similarity = exact_dot_products(np.concatenate([lib.embeddings for lib in public.libraries]), vector)
+    fused, _ = fuse(similarity, np.array([keyword.get(row, 0.0) for row in range(10)]), 0.5)  # the pool: every bit
+    expected = sorted(range(10), key=lambda row: (-fused[row], -similarity[row], row))
+    assert selection.rows.tolist() == expected
+    assert selection.scores.tolist() == similarity[expected].tolist()
+    np.testing.assert_allclose(selection.ranks, fused[expected], rtol=1e-12)
+    assert POOL > 10  # the pool held every bit
+
+
+@pytest.mark.parametrize(("weight", "leader"), [(0.0, "similarity"), (1.0, "keyword")])
+def test_the_keyword_weight_goes_from_meaning_alone_to_keywords_alone(public: ModelIndex, weight: float,
+                                                                       leader: str) -> None:
+    selection = ask(public, "Methuselah", "hybrid", keyword_weight=weight)
+    similarity_order = ask(public, "Methuselah", "vector").rows.tolist()
+    if leader == "similarity":
+        assert selection.rows.tolist() == similarity_order
+    else:
+        assert sorted(selection.rows[:2].tolist()) == [0, 7]  # the two bits that say Methuselah lead
+
+
+def test_hybrid_without_keywords_is_the_vector_ranking_and_says_so(public: ModelIndex) -> None:
+    selection = ask(public, "the and of ...", "hybrid")
+    assert selection.rows.tolist() == ask(public, "x", "vector").rows.tolist()
+    assert selection.ranks is None and selection.notes == (
+        "the query has no keyword (only stop words or punctuation): ranked by meaning alone",)
+
+
+def test_a_similarity_threshold_filters_the_fused_ranking_without_reordering_it(public: ModelIndex) -> None:
+    everything = ask(public, "Jonah fish", "hybrid")
+    threshold = float(np.median(everything.scores))
+    above = ask(public, "Jonah fish", "hybrid", similarity_threshold=threshold)
+    kept = [row for row, similarity in zip(everything.rows.tolist(), everything.scores.tolist()) if similarity >= threshold]
+    assert above.rows.tolist() == kept and 0 < len(kept) < 10
+
+
+def test_a_score_threshold_keeps_only_bits_ranked_at_least_that_high(public: ModelIndex) -> None:
+    everything = ask(public, "Jonah fish", "keyword")
+    cut = float(everything.ranks[2])
+    assert ask(public, "Jonah fish", "keyword", score_threshold=cut).rows.tolist() == everything.rows[:3].tolist()
+    fused = ask(public, "Jonah fish", "hybrid", score_threshold=0.5)
+    assert len(fused.rows) and all(score >= 0.5 for score in fused.ranks.tolist())
+
+
+def test_restricted_bits_are_counted_by_keywords_as_if_every_tag_were_granted(mixed: ModelIndex) -> None:
+    selection = run_query(mixed, Query(None, 10, "bit", text="Jonah", mode="keyword"), ANONYMOUS, POLICY,
+                          count_restricted=True)
+    assert selection.restricted == 1
