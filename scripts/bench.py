@@ -130,7 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         config.json.write_text(json.dumps(results, indent=2, default=str))
         say(f"raw numbers in {config.json}")
     say(f"done in {results['seconds']:.0f} s")
-    return 0
+    refusals = [numbers["refused"] for step in steps if isinstance(numbers := results.get(step.name), dict)
+                and numbers.get("refused")]
+    for line in refusals:  # a step that would not give a figure on a busy machine (import: its ratio)
+        print(line, file=sys.stderr)
+    return 1 if refusals else 0
 
 
 if __name__ == "__main__":

@@ -1,38 +1,29 @@
-"""Step `import`: `polymath-host import` throughput on a generated corpus (chunks/s), cold and incremental,
-today's importer against this one in the same run.
+"""Step `import`: `polymath-host import` on a generated corpus: the importer's own cost, and today's
+importer against the one before issue 21, in turns.
 
-The corpus: 1,000 files (--quick: 100), mostly Markdown posts with front matter and two to six
-headed sections, some HTML pages and some plain text, written from the King James verses the
-sample library is built from (`scripts/sample_source/`), shuffled with a fixed seed, so the token
-counts are those of real English and every run writes the same corpus.
+The corpus: mostly Markdown posts with front matter and two to six headed sections, some HTML
+pages and some plain text, written from the King James verses the sample library is built from
+(`scripts/sample_source/`), shuffled with a fixed seed, so the token counts are those of real
+English and every run writes the same corpus (300 documents: 1,844 chunks of at most 250 tokens).
 
-Three imports of it into one output, with the embeddings cache beside it:
+The importer's own cost: 1,000 documents (--quick: 100) with words hashed into 64 dimensions in
+place of a model, imported three times into one output, the embeddings cache beside it:
   cold       nothing cached: read, chunk, embed every chunk, validate, write
   unchanged  the same corpus again: every vector from the cache (what a re-publish costs)
   one edit   one document changed: only its chunks embedded again
 
-Embedders: `minilm` (the built-in local sentence-transformers:all-MiniLM-L6-v2: the figure a
-publisher sees) and `hashing` (words hashed into 64 dimensions: the importer's own cost, no model).
-
-Issue 21 asked for three times today's chunks per second on this corpus. The machine is shared, so
-"today" is measured in the same run: the importer as it was before issue 21 (`BASELINE`, taken
-from git with `git archive` and run as `python -m host import` in a process of its own), then this
-importer in fp32 and int8, with length bucketing on and off (off: calls of 64 chunks in reading
-order, each model run padded to its longest chunk), each cold (empty embeddings cache) and again
-unchanged (everything cached). Every run starts its own model from the same graph cache. Besides
-wall time: CPU seconds (this process and its children), which a busy machine inflates less.
+Today against before issue 21 (scripts/benchmarks/import_rounds.py, also `scripts/bench_import.py`
+with its own options): 300 documents (--quick: 100), the old checkout, today's fp32 and int8 in
+turns, two rounds (--quick: one), each a child process run with the local model, cold. No ratio
+when the 1-minute load average went above the core count: the run then exits 1 with that line.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import random
 import re
-import resource
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -41,23 +32,17 @@ from typing import Any
 
 import numpy as np
 
-from host.embedders.graph_cache import CACHE_VARIABLE
 from host.embedders.minilm import MiniLMEmbedder, missing_requirement
 from host.importer import ImportOptions, import_library
-from host.importer.cli import CACHE_SUFFIX, default_concurrency
 from host.importer.embedding import Embedder
 from host.importer.pipeline import DEFAULT_CHUNK_TOKENS
 
 from .config import Config
+from .import_rounds import BEFORE_21, Rounds, Side, alternate, before_tree, report_rounds
 from .report import ROOT, say, table
 from .step import ONCE, Numbers, Results, Step
 
 VERSES = ROOT / "scripts" / "sample_source" / "kjv-selection.tsv"
-BASELINE = "cf63ff1"  # the last commit before issue 21: the importer the issue measured at 8.4 chunks/s
-VARIANTS = (  # (name, precision, bucketing), after the baseline
-    ("fp32", "fp32", True), ("int8", "int8", True), ("fp32, no bucketing", "fp32", False),
-    ("int8, no bucketing", "int8", False),
-)
 _WORD = re.compile(r"\w+")
 
 
@@ -168,97 +153,21 @@ def measure_import(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def cpu_seconds() -> float:
-    """CPU seconds of this process and of its children that have ended."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
-def baseline_tree(workdir: Path) -> Path:
-    """The project's `host` and `access` packages as they were at BASELINE, unpacked under `workdir`."""
-    tree = workdir / f"importer-{BASELINE}"
-    if not (tree / "host" / "__main__.py").exists():
-        tree.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", BASELINE, "host", "access"], check=True,
-                                 capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
-    return tree
-
-
-def run_baseline(tree: Path, corpus: Path, out: Path, graphs: Path) -> dict[str, Any]:
-    """`python -m host import` of BASELINE's code in a process of its own; its figures."""
-    environment = {**os.environ, "PYTHONPATH": str(tree), CACHE_VARIABLE: str(graphs)}
-    command = [sys.executable, "-m", "host", "import", str(corpus), "--out", str(out), "--base-url",
-               "https://example.com/", "--quiet"]
-    cpu, started = cpu_seconds(), time.perf_counter()
-    done = subprocess.run(command, cwd=tree, env=environment, capture_output=True, text=True, check=False)
-    seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"the baseline importer failed: {done.stderr.strip()[-500:]}")
-    said = re.search(r"(\d+) chunks, .*; embedded (\d+)(?: \((\d+) distinct texts\))?", done.stderr)
-    assert said is not None, done.stderr
-    chunks, embedded = int(said.group(1)), int(said.group(3) or said.group(2))
-    return {"seconds": round(seconds, 3), "cpu_seconds": round(cpu_seconds() - cpu, 3), "chunks": chunks,
-            "embedded": embedded, "chunks_per_second": round(chunks / seconds, 2)}
-
-
-def run_variant(corpus: Path, out: Path, precision: str, bucketing: bool, graphs: Path) -> dict[str, Any]:
-    """This importer, as `polymath-host import --embedder-precision P` runs it (a fresh model, loaded from
-    the graph cache), with length bucketing on or off; its figures."""
-    embedder = MiniLMEmbedder(precision=precision, cache_dir=graphs, threads=1, bucketing=bucketing)
-    options = ImportOptions(base_url="https://example.com/", cache=out.with_name(out.name + CACHE_SUFFIX),
-                            concurrency=default_concurrency(embedder), bucketing=bucketing)
-    cpu, started = cpu_seconds(), time.perf_counter()
-    report = import_library([corpus], out, embedder, options, say=say)
-    seconds = time.perf_counter() - started
-    return {"seconds": round(seconds, 3), "cpu_seconds": round(cpu_seconds() - cpu, 3), "chunks": report.bits,
-            "embedded": report.embedded_texts, "chunks_per_second": round(report.bits / seconds, 2),
-            "read_and_chunk_seconds": round(report.read_seconds, 3)}
-
-
-def compare_with_baseline(documents: int, workdir: Path, seed: int = 0) -> dict[str, Any]:
-    """Today's importer and this one's variants on one corpus: each cold, then unchanged. Today's and
-    the bucketed variants run cold twice, in the order A B C ... C B A, so drift on a shared machine
-    touches them alike."""
-    scratch = Path(tempfile.mkdtemp(prefix="bench-import-compare-", dir=workdir))
-    graphs = workdir / "import-graphs"  # built once, shared by every run: cold means "no embeddings cached"
-    for precision in ("fp32", "int8"):
-        MiniLMEmbedder(precision=precision, cache_dir=graphs).load()
-    try:
-        corpus = scratch / "corpus"
-        words = write_corpus(corpus, documents, seed)
-        tree = baseline_tree(workdir)
-        twice = ["today", *(name for name, _, bucketing in VARIANTS if bucketing)]
-        order = [*twice, *(name for name, _, bucketing in VARIANTS if not bucketing), *reversed(twice)]
-        settings = {name: (precision, bucketing) for name, precision, bucketing in VARIANTS}
-        runs: dict[str, dict[str, Any]] = {}
-        for name in order:
-            first = name not in runs
-            say(f"import: {name if name != 'today' else f'today ({BASELINE})'}, {documents} documents, cold")
-            out = scratch / f"{name.replace(',', '').replace(' ', '-')}-{len(runs.get(name, {}))}" / "bench.json"
-            if name == "today":
-                measured = [run_baseline(tree, corpus, out, graphs)]
-                if first:
-                    measured.append(run_baseline(tree, corpus, out, graphs))
-            else:
-                measured = [run_variant(corpus, out, *settings[name], graphs)]
-                if first:
-                    measured.append(run_variant(corpus, out, *settings[name], graphs))
-            entry = runs.setdefault(name, {"cold": []})
-            entry["cold"].append(measured[0])
-            if first:
-                entry["unchanged"] = measured[1]
-        return {"documents": documents, "words": words, "baseline": BASELINE, "cores": default_concurrency(
-            MiniLMEmbedder()), "load_average": [round(value, 2) for value in os.getloadavg()], "runs": runs}
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
 def measure(config: Config) -> Numbers:
     documents = 100 if config.quick else 1000
     say(f"import: {documents} documents, hashing embedder")
     figures: Numbers = {"hashing": measure_import(documents, "hashing", workdir=config.workdir)}
-    figures["compared"] = compare_with_baseline(documents, config.workdir)
+    documents = 100 if config.quick else 300
+    sides = [Side("before", before_tree(config.workdir), None), Side("fp32", ROOT, None), Side("int8", ROOT, "int8")]
+    scratch = Path(tempfile.mkdtemp(prefix="bench-import-rounds-", dir=config.workdir))
+    try:
+        write_corpus(scratch / "corpus", documents)
+        rounds = alternate(sides, scratch / "corpus", documents, scratch, config.workdir / "import-graphs",
+                           1 if config.quick else 2)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    figures["rounds"] = rounds.as_json()
+    figures["refused"] = rounds.refusal()  # scripts/bench.py exits 1 with it after the report
     return figures
 
 
@@ -274,29 +183,9 @@ def report(results: Results, config: Config) -> list[str]:
     parts.append(table(f"The importer's own cost: {hashing['documents']:,} generated documents, words hashed "
                        "instead of a model", ["embedder", "run", "chunks", "embedded", "seconds", "chunks/s",
                                               "read + chunk s"], rows, left=2))
-    compared = figures["compared"]
-
-    def rate(runs: list[dict[str, Any]]) -> float:  # chunks a second over the runs together
-        return sum(run["chunks"] for run in runs) / sum(run["seconds"] for run in runs)
-
-    today = rate(compared["runs"]["today"]["cold"])
-    rows = []
-    for name, runs in compared["runs"].items():
-        cold = runs["cold"]
-        cpu = sum(run["cpu_seconds"] for run in cold) / sum(run["embedded"] for run in cold)
-        rows.append([name if name != "today" else f"today ({compared['baseline']})", "cold", cold[0]["chunks"],
-                     " / ".join(f"{run['seconds']:.0f}" for run in cold), f"{rate(cold):.1f}",
-                     f"{rate(cold) / today:.2f}x", f"{cpu * 1000:.0f}"])
-        unchanged = runs["unchanged"]
-        rows.append(["", "unchanged", unchanged["chunks"], f"{unchanged['seconds']:.1f}",
-                     f"{unchanged['chunks_per_second']:.0f}", "", ""])
-    parts.append(table(f"`polymath-host import` of {compared['documents']:,} generated documents "
-                       f"({compared['words']:,} words), local MiniLM, today's importer and this one in one run",
-                       ["importer", "run", "chunks", "seconds (each run)", "chunks/s", "vs today", "CPU ms / chunk"],
-                       rows, left=2,
-                       note=f"{compared['cores']} cores; load average at the end {compared['load_average']}. Cold: "
-                            "no embeddings cached (the model's graph is), run twice in the order today, fp32, int8, "
-                            "..., int8, fp32, today (chunks/s over both); unchanged: the same corpus again."))
+    rounds = Rounds.from_json(figures["rounds"])
+    parts.append(f"### `polymath-host import` today against before issue 21 ({BEFORE_21}), in turns\n\n"
+                 + "\n".join(report_rounds(rounds, config.command)) + "\n")
     return parts
 
 
@@ -305,5 +194,5 @@ def unavailable() -> str | None:
     return None if problem is None else f"import: skipped ({problem})"
 
 
-STEP = Step("import", "polymath-host import of a generated corpus: cold, unchanged and after one edit", ONCE,
+STEP = Step("import", "polymath-host import of a generated corpus: its own cost; today against before issue 21", ONCE,
             measure, report, unavailable)

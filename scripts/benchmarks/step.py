@@ -9,7 +9,9 @@ does not apply; its `report` turns the saved numbers into Markdown tables. Steps
   is its own), with queries drawn from it beforehand (`size.queries`, `size.bodies`);
 - `ONCE`: once per run, after all sizes, given the run's `Config` alone.
 
-In each stage, steps run in the order of `STEPS`, which is also the order of the report.
+In each stage, steps run in the order of `STEPS`, which is also the order of the report. A `ONCE`
+step whose numbers hold `refused` (one line: why a figure it exists for was not given, e.g. a load
+above the core count) makes scripts/bench.py exit 1 with that line after the report.
 """
 
 from __future__ import annotations
