@@ -11,15 +11,19 @@ fails) is raised, and stops the import.
 `read_files` yields every file's `FileRead`s in order. With a picklable token counter (the local
 model offers one) and enough files it runs `read_file` in a second process, so that reading,
 parsing and chunking go on while this process embeds. That process is sent the files to read a
-few ahead and sends back each part as it is made, over pipes; it ignores Ctrl-C (this one stops
-it, after the page it is reading) and is gone when the generator is closed.
+few ahead and sends back each part as it is made, over pipes; a thread of its own takes each file
+as soon as it is sent (a file may carry its bytes: an export's post, a web page), so that neither
+side ever waits on a full pipe while the other does. It ignores Ctrl-C (this one stops it, after
+the page it is reading) and is gone when the generator is closed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import queue
 import signal
+import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
@@ -156,7 +160,8 @@ class _SecondReader:
         self.unfinished = 0  # files asked for whose last part has not come back
 
     def ask(self, source: SourceFile) -> None:
-        self._requests.send(source)
+        with contextlib.suppress(OSError):  # it is gone: `receive` says so, naming the file it was reading
+            self._requests.send(source)
         self.unfinished += 1
 
     def receive(self, source: SourceFile) -> FileRead:
@@ -199,11 +204,12 @@ def _serve(requests: Connection, results: Connection, stop: Any, settings: ReadS
     """The second process: read each file asked for and send back its parts, until told to stop."""
     # Ctrl-C reaches the whole process group: the importer handles it, and stops this process.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    asked: queue.SimpleQueue[SourceFile | None] = queue.SimpleQueue()
+    threading.Thread(target=_take_requests, args=(requests, asked), name="import-requests", daemon=True).start()
     try:
         while not stop.is_set():
-            try:
-                source = requests.recv()
-            except EOFError:  # the importer closed its end: nothing more to read
+            source = asked.get()
+            if source is None:  # the importer closed its end: nothing more to read
                 return
             for read in read_file(source, settings, count_tokens, known):
                 results.send(read)
@@ -216,6 +222,16 @@ def _serve(requests: Connection, results: Connection, stop: Any, settings: ReadS
     except Exception as problem:  # a fault of the importer's own: stop the import, saying what it was
         said = " ".join(str(problem).split())
         _send_quietly(results, _Raised(ImporterError(f"reading the files failed: {type(problem).__name__}: {said}")))
+
+
+def _take_requests(requests: Connection, asked: queue.SimpleQueue[SourceFile | None]) -> None:
+    """Every file asked for, taken off the pipe as soon as it comes: the importer may be sending more while
+    this process sends it parts, and a pipe full both ways would stop both."""
+    try:
+        while True:
+            asked.put(requests.recv())
+    except (EOFError, OSError):
+        asked.put(None)
 
 
 def _send_quietly(results: Connection, message: _Raised) -> None:
