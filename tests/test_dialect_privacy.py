@@ -7,7 +7,8 @@ its scores, totals, doc_aggs and highlights) and of the MCP tools must be the sa
 hosts: term statistics, document counts and every total come from visible bits only. So must
 every anonymous answer of Dify's External Knowledge API and of OpenAI's vector stores (list,
 retrieve, search, and the refusals for the private library's name, which must read as if it did
-not exist).
+not exist). Searches are drawn in every mode each door takes: MCP's and Dify's `mode` and
+`keyword_weight`, OpenAI's `hybrid_search` weights, RAGFlow's `vector_similarity_weight`.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ def answers(folder: Path, question: str, options: dict[str, Any]) -> dict[str, b
     app = create_app(Settings(libraries=folder, watch_interval=0), embedders=Embedders([EMBED]))
     public, private = dataset_id("public"), dataset_id("access/unpublished/secret")
     seen = {}
-    ragflow_options = {key: value for key, value in options.items() if key not in ("dify_condition", "openai_filters")}
+    ragflow_options = {key: value for key, value in options.items()
+                       if key not in ("dify_condition", "openai_filters", "mode", "text_weight")}
     with TestClient(app) as client:
         seen["datasets"] = client.get("/api/v1/datasets").content
         seen["documents"] = client.get(f"/api/v1/datasets/{public}/documents").content
@@ -61,8 +63,8 @@ def answers(folder: Path, question: str, options: dict[str, Any]) -> dict[str, b
         for name, dataset in (("retrieval", public), ("private retrieval", private)):
             seen[name] = client.post("/api/v1/retrieval", json={
                 "dataset_ids": [dataset], "question": question, **ragflow_options}).content
-        for tool, arguments in (("search", {"query": question, "count": options["top_k"] * 3, "count_type": "token"}),
-                                ("libraries", {})):
+        search = {"query": question, "count": options["top_k"] * 3, "count_type": "token", **options["mode"]}
+        for tool, arguments in (("search", search), ("libraries", {})):
             call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
             seen[tool] = client.post("/mcp", content=json.dumps(call), headers=RPC_HEADERS).content
         threshold = min(1.0, max(0.0, options["similarity_threshold"]))
@@ -70,13 +72,14 @@ def answers(folder: Path, question: str, options: dict[str, Any]) -> dict[str, b
                               ("dify both", "public,access/unpublished/secret")):
             seen[name] = client.post("/dify/retrieval", json={
                 "knowledge_id": library, "query": question, "metadata_condition": options.get("dify_condition"),
-                "retrieval_setting": {"top_k": options["top_k"], "score_threshold": threshold}}).content
+                "retrieval_setting": {"top_k": options["top_k"], "score_threshold": threshold, **options["mode"]}}).content
         seen["vector stores"] = client.get("/v1/vector_stores").content
         for name, store in (("vector store", "public"), ("private vector store", "access%2Funpublished%2Fsecret")):
             seen[name] = client.get(f"/v1/vector_stores/{store}").content
             seen[f"{name} search"] = client.post(f"/v1/vector_stores/{store}/search", json={
                 "query": question, "max_num_results": options["top_k"], "filters": options.get("openai_filters"),
-                "ranking_options": {"score_threshold": threshold}}).content
+                "ranking_options": {"score_threshold": threshold, "hybrid_search": {
+                    "embedding_weight": 1 - options["text_weight"], "text_weight": options["text_weight"]}}}).content
     return seen
 
 
@@ -91,6 +94,8 @@ def answers(folder: Path, question: str, options: dict[str, Any]) -> dict[str, b
         "top_k": st.integers(1, 12),
         "page_size": st.integers(1, 5),
         "highlight": st.booleans(),
+        "mode": st.sampled_from([{}, {"mode": "vector"}, {"mode": "keyword"}, {"mode": "hybrid", "keyword_weight": 0.8}]),
+        "text_weight": st.sampled_from([0.0, 0.5, 1.0]),
     }),
     data=st.data(),
 )

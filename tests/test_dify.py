@@ -99,29 +99,72 @@ async def test_the_documented_example_request_gets_the_documented_answer_shape(c
         assert record["metadata"]["library"] == "stories" and record["metadata"]["url"] == "https://example.com/jonah"
 
 
-async def test_scores_are_post_slash_similarities_best_first_within_top_k(client: httpx.AsyncClient) -> None:
+async def test_scores_are_post_slash_rank_scores_best_first_within_top_k(client: httpx.AsyncClient) -> None:
     found = await records(client, request(top_k=4))
-    answer = await post_slash(client, count=4)
+    answer = await post_slash(client, count=4)  # a text query: hybrid, as Dify's door
 
+    assert answer["sort"] == "manual"
     assert [record["metadata"]["bit_id"] for record in found] == [bit["id"] for bit in answer["bits"]]
-    assert [record["score"] for record in found] == [min(1.0, max(0.0, bit["similarity"])) for bit in answer["bits"]]
+    assert [record["score"] for record in found] == [min(1.0, max(0.0, bit["score"])) for bit in answer["bits"]]
     assert [record["content"] for record in found] == [bit["text"] for bit in answer["bits"]]
     assert [record["metadata"]["token_count"] for record in found] == [bit["token_count"] for bit in answer["bits"]]
     assert found[0]["content"] == "Jonah was swallowed by a great fish"
 
 
-async def test_score_threshold_is_post_slash_similarity_threshold(client: httpx.AsyncClient) -> None:
+async def test_score_threshold_keeps_the_passages_whose_rank_score_reaches_it(client: httpx.AsyncClient) -> None:
     every = await records(client, request(top_k=10))
     threshold = every[1]["score"]
     kept = await records(client, request(top_k=10, score_threshold=threshold))
-    answer = await post_slash(client, count=10, similarity_threshold=threshold)
 
-    assert [record["metadata"]["bit_id"] for record in kept] == [bit["id"] for bit in answer["bits"]]
-    assert len(kept) >= 2 and all(record["score"] >= threshold for record in kept)
+    assert kept == [record for record in every if record["score"] >= threshold]  # a filter: nothing moves
+    assert len(kept) >= 2 and len(kept) < len(every)
+    # Scores are relative to the candidates: the best by meaning and by keywords scores 1.
+    assert [record["content"] for record in await records(client, request(top_k=10, score_threshold=1))] == \
+        ["Jonah was swallowed by a great fish"]
+
+
+async def test_a_question_of_stop_words_is_ranked_by_meaning_and_scored_by_similarity(client: httpx.AsyncClient) -> None:
+    found = await records(client, request(query="of the and to it is", top_k=4))
+    answer = await post_slash(client, query="of the and to it is", count=4)
+
+    assert answer["details"]["notes"] == ["the query has no keyword (only stop words or punctuation): "
+                                          "ranked by meaning alone"]
+    assert [record["score"] for record in found] == [min(1.0, max(0.0, bit["similarity"])) for bit in answer["bits"]]
+    threshold = found[1]["score"]
+    assert await records(client, request(query="of the and to it is", top_k=4, score_threshold=threshold)) == \
+        [record for record in found if record["score"] >= threshold]
+
+
+@pytest.mark.parametrize("setting", [{"mode": "vector"}, {"mode": "keyword"}, {"mode": "hybrid", "keyword_weight": 0.8},
+                                     {"keyword_weight": 0.2}])
+async def test_the_hosts_own_mode_and_keyword_weight_rank_as_post_slash_does(client: httpx.AsyncClient,
+                                                                           setting: dict[str, Any]) -> None:
+    body = request(top_k=4)
+    body["retrieval_setting"].update(setting)
+    found = await records(client, body)
+    answer = await post_slash(client, count=4, **setting)
+
+    assert [record["metadata"]["bit_id"] for record in found] == [bit["id"] for bit in answer["bits"]]
+    if setting.get("mode") == "vector":
+        assert [record["score"] for record in found] == [min(1.0, max(0.0, bit["similarity"])) for bit in answer["bits"]]
+    elif setting.get("mode") == "keyword":  # BM25 over the best one's
+        best = answer["bits"][0]["score"]
+        assert [record["score"] for record in found] == [bit["score"] / best for bit in answer["bits"]]
+        assert found[0]["score"] == 1.0 and len(found) == 2  # only the bits holding a word of the question
+    else:
+        assert [record["score"] for record in found] == [min(1.0, max(0.0, bit["score"])) for bit in answer["bits"]]
+
+
+async def test_a_score_threshold_in_keyword_mode_keeps_the_same_head_of_the_list(client: httpx.AsyncClient) -> None:
+    every = request(top_k=10)
+    every["retrieval_setting"]["mode"] = "keyword"
+    ranked = await records(client, every)
+    every["retrieval_setting"]["score_threshold"] = ranked[1]["score"]
+
+    assert await records(client, every) == [record for record in ranked if record["score"] >= ranked[1]["score"]]
 
 
 async def test_no_match_is_an_empty_list_of_records(client: httpx.AsyncClient) -> None:
-    assert await records(client, request(score_threshold=1.0, query="lions and arks")) == []
     assert await records(client, request(query="   ")) == []
     condition = {"conditions": [{"name": "title", "comparison_operator": "is", "value": "Exodus"}]}
     assert await records(client, request(metadata_condition=condition)) == []
@@ -206,6 +249,12 @@ async def test_an_unknown_or_private_knowledge_id_is_2001_alike(root: Path, clie
     ({**request(), "retrieval_setting": {"top_k": "3", "score_threshold": 0}}, "top_k must be an integer"),
     ({**request(), "retrieval_setting": {"top_k": 3}}, "retrieval_setting.score_threshold must be a number from 0 to 1"),
     (request(score_threshold=1.5), "score_threshold must be a number from 0 to 1 (0 keeps every passage), got 1.5"),
+    ({**request(), "retrieval_setting": {"top_k": 3, "score_threshold": 0, "mode": "fuzzy"}},
+     "retrieval_setting.mode must be one of vector, keyword, hybrid, got 'fuzzy'"),
+    ({**request(), "retrieval_setting": {"top_k": 3, "score_threshold": 0, "keyword_weight": 2}},
+     "retrieval_setting.keyword_weight must be a number from 0 to 1, got 2"),
+    ({**request(), "retrieval_setting": {"top_k": 3, "score_threshold": 0, "mode": "vector", "keyword_weight": 0.5}},
+     "it applies only to mode hybrid"),
     (request(metadata_condition={"conditions": [{"name": "author", "comparison_operator": "is", "value": "x"}]}),
      "unknown field 'author' in metadata_condition.conditions[0].name"),
     (request(knowledge_id="stories,other"), "these libraries use different embedding models"),

@@ -16,7 +16,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever as LangChainRetriever
 from llama_index.core.retrievers import BaseRetriever as LlamaIndexRetriever
 from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
-from polymath_host_client import HostUnreachable, PolymathClient, TokenRefused
+from polymath_host_client import HostUnreachable, Mode, PolymathClient, TokenRefused
 from polymath_host_client.langchain import PolymathRetriever as LangChainPolymath
 from polymath_host_client.llama_index import PolymathRetriever as LlamaIndexPolymath
 from sample_host import DANIEL, DRAFTS, JONAH, Served, serve_sample
@@ -84,6 +84,40 @@ def test_langchain_retriever_returns_documents_with_score_and_metadata(served: S
     assert first["title"].startswith("Jonah") and first["url"].startswith("https://www.biblegateway.com/")
     assert [document.metadata["score"] for document in documents] == sorted(
         (document.metadata["score"] for document in documents), reverse=True)
+
+
+@pytest.mark.parametrize(("mode", "question", "first"), [("keyword", "Methuselah", "Genesis 5:"),
+                                                      ("hybrid", "the son of Amittai", "Jonah 1:"),
+                                                      ("vector", JONAH, "Jonah ")])
+def test_both_retrievers_rank_in_the_mode_asked_as_the_client_does(served: Served, mode: Mode, question: str,
+                                                                   first: str) -> None:
+    documents = LangChainPolymath(url=served.url, k=3, mode=mode).invoke(question)
+    nodes = LlamaIndexPolymath(url=served.url, similarity_top_k=3, mode=mode).retrieve(question)
+    with PolymathClient(served.url) as host:
+        passages = host.retrieve(question, k=3, mode=mode)
+
+    assert [document.id for document in documents] == [node.node.node_id for node in nodes] == [
+        passage.bit_id for passage in passages]
+    assert [node.score for node in nodes] == [document.metadata["score"] for document in documents] == [
+        passage.score for passage in passages]
+    assert documents[0].metadata["title"].startswith(first)
+
+
+def test_both_retrievers_pass_keyword_weight_and_check_it(served: Served) -> None:
+    question = "the son of Amittai"
+    documents = LangChainPolymath(url=served.url, k=3, keyword_weight=0).invoke(question)
+    nodes = LlamaIndexPolymath(url=served.url, similarity_top_k=3, keyword_weight=0).retrieve(question)
+    with PolymathClient(served.url) as host:
+        by_meaning = host.retrieve(question, k=3, mode="vector")
+
+    assert [document.id for document in documents] == [node.node.node_id for node in nodes] == [
+        passage.bit_id for passage in by_meaning]
+    with pytest.raises(ValueError, match="keyword_weight"):
+        LangChainPolymath(url=served.url, keyword_weight=1.5)
+    with pytest.raises(ValueError, match="keyword_weight must be from 0 to 1"):
+        LlamaIndexPolymath(url=served.url, keyword_weight=1.5)
+    with pytest.raises(ValueError, match="mode must be one of hybrid, vector, keyword"):
+        LlamaIndexPolymath(url=served.url, mode="fuzzy")  # type: ignore[arg-type]
 
 
 def test_langchain_retriever_sees_private_passages_only_with_the_token(served: Served) -> None:

@@ -45,8 +45,7 @@ def client(served: Served, token: str | None = None) -> OpenAI:
 
 
 def post_slash(served: Served, question: str, count: int, **arguments: object) -> list[dict[str, object]]:
-    answer = httpx.post(f"{served.url}/", json={"query": question, "count": count, "count_type": "bit", "mode": "vector",
-                                                **arguments},
+    answer = httpx.post(f"{served.url}/", json={"query": question, "count": count, "count_type": "bit", **arguments},
                         timeout=30).json()
     bits: list[dict[str, object]] = answer["bits"]
     return bits
@@ -91,7 +90,7 @@ def test_retrieve_finds_a_library_by_name_even_with_a_slash(served: Served) -> N
 # ---- search -----------------------------------------------------------------------------------------
 
 
-def test_search_answers_in_openais_types_with_post_slashs_similarities(served: Served) -> None:
+def test_search_answers_in_openais_types_with_post_slashs_rank_scores(served: Served) -> None:
     page = client(served).vector_stores.search("sample", query=JONAH)
     bits = post_slash(served, JONAH, 10)
 
@@ -102,7 +101,7 @@ def test_search_answers_in_openais_types_with_post_slashs_similarities(served: S
     assert [result.content[0].type for result in page.data] == ["text"] * 10
     assert [result.content[0].text for result in page.data] == [bit["text"] for bit in bits]
     assert [result.attributes["bit_id"] for result in page.data] == [bit["id"] for bit in bits]
-    assert [result.score for result in page.data] == [min(1.0, max(0.0, float(bit["similarity"]))) for bit in bits]
+    assert [result.score for result in page.data] == [min(1.0, max(0.0, float(bit["score"]))) for bit in bits]  # type: ignore[arg-type]
     assert set(first.attributes) == {"url", "title", "library", "bit_id", "token_count"}
     assert first.attributes["library"] == "sample"
 
@@ -138,6 +137,34 @@ def test_max_num_results_score_threshold_and_filters_narrow_the_results(served: 
                                                                 three.data[2].attributes["bit_id"]]
 
 
+@pytest.mark.parametrize(("weights", "asked"), [
+    ({"embedding_weight": 1, "text_weight": 0}, {"keyword_weight": 0}),
+    ({"embedding_weight": 1, "text_weight": 3}, {"keyword_weight": 0.75}),
+    ({"embedding_weight": 0.2, "text_weight": 0.2}, {}),  # the same share as the default
+])
+def test_hybrid_search_weights_set_the_keywords_share_as_post_slashs_keyword_weight(
+    served: Served, weights: dict[str, float], asked: dict[str, float]
+) -> None:
+    question = "the son of Amittai"
+    page = client(served).vector_stores.search("sample", query=question, max_num_results=5,
+                                               ranking_options={"hybrid_search": weights})  # type: ignore[typeddict-unknown-key]
+
+    bits = post_slash(served, question, 5, **asked)
+    assert [result.attributes["bit_id"] for result in page.data] == [bit["id"] for bit in bits]
+    assert [result.score for result in page.data] == [min(1.0, max(0.0, float(bit["score"]))) for bit in bits]  # type: ignore[arg-type]
+
+
+def test_the_passage_holding_a_name_comes_first_by_default_and_by_keywords_alone(served: Served) -> None:
+    stores = client(served).vector_stores
+    amittai = stores.search("sample", query="the son of Amittai", max_num_results=3)
+    methuselah = stores.search("sample", query="Methuselah", max_num_results=3, ranking_options={
+        "ranker": "none", "hybrid_search": {"embedding_weight": 0, "text_weight": 1}})  # type: ignore[typeddict-unknown-key]
+
+    assert str(amittai.data[0].attributes["title"]).startswith("Jonah 1:")
+    assert [str(result.attributes["title"])[:10] for result in methuselah.data[:2]] == ["Genesis 5:"] * 2
+    assert methuselah.data[0].score == 1.0 and methuselah.data[2].score == 0.0  # no keyword: no keyword score
+
+
 def test_private_passages_come_only_with_the_token(served: Served) -> None:
     holder = client(served, served.token).vector_stores.search(DRAFTS, query=DANIEL, max_num_results=3)
     assert all(result.attributes["library"] == DRAFTS for result in holder.data) and len(holder.data) == 3
@@ -171,6 +198,12 @@ def test_a_token_that_fails_verification_is_an_authentication_error(served: Serv
     ({"query": []}, "query is required: a string, or a non-empty list of strings"),
     ({"query": JONAH, "ranking_options": {"score_threshold": 2}}, "score_threshold must be a number from 0 to 1"),
     ({"query": JONAH, "ranking_options": {"ranker": "fancy"}}, "ranking_options.ranker must be one of auto, none"),
+    ({"query": JONAH, "ranking_options": {"hybrid_search": {"text_weight": 1}}},
+     "ranking_options.hybrid_search must be an object with embedding_weight and text_weight"),
+    ({"query": JONAH, "ranking_options": {"hybrid_search": {"embedding_weight": -1, "text_weight": 1}}},
+     "ranking_options.hybrid_search.embedding_weight must be a number of at least 0, got -1"),
+    ({"query": JONAH, "ranking_options": {"hybrid_search": {"embedding_weight": 0, "text_weight": 0}}},
+     "embedding_weight and text_weight must not both be 0"),
     ({"query": JONAH, "filters": {"type": "eq", "key": "author", "value": "x"}}, "unknown field 'author' in filters.key"),
     ({"query": JONAH, "extra_body": {"attempts": 3}}, "Unrecognized request argument supplied: attempts"),
 ])

@@ -17,6 +17,7 @@ from polymath_host_client import (
     HostTimeout,
     HostUnreachable,
     Library,
+    Mode,
     Passage,
     PolymathClient,
     TokenRefused,
@@ -63,9 +64,10 @@ def test_query_is_post_slashs_answer_as_dataclasses(served: Served) -> None:
     raw = httpx.post(f"{served.url}/", json={"query": JONAH, "count": 3, "count_type": "bit"}, timeout=30).json()
 
     assert isinstance(answer, Answer) and answer.embedding_model == MODEL and answer.message is None
+    assert answer.sort == "manual" and answer.notes == ()  # hybrid, the host's default for text
     assert all(isinstance(bit, Bit) for bit in answer.bits)
-    assert [(bit.id, bit.text, bit.token_count, bit.similarity) for bit in answer.bits] == [
-        (bit["id"], bit["text"], bit["token_count"], bit["similarity"]) for bit in raw["bits"]]
+    assert [(bit.id, bit.text, bit.token_count, bit.similarity, bit.score) for bit in answer.bits] == [
+        (bit["id"], bit["text"], bit["token_count"], bit["similarity"], bit["score"]) for bit in raw["bits"]]
     assert [(bit.url, bit.title) for bit in answer.bits] == [(b["info"]["url"], b["info"]["title"]) for b in raw["bits"]]
     assert "Jonah" in str(answer.bits[0].title)
 
@@ -78,15 +80,53 @@ def test_a_token_budget_and_a_constraint_go_through(served: Served) -> None:
     assert len(jonah.bits) == 5 and all("Jonah" in str(bit.title) for bit in jonah.bits)
 
 
+@pytest.mark.parametrize(("mode", "question", "first"), [
+    ("keyword", "Methuselah", "Genesis 5:"), ("hybrid", "the son of Amittai", "Jonah 1:"),
+    (None, "the son of Amittai", "Jonah 1:"), ("vector", JONAH, "Jonah ")])
+def test_query_and_retrieve_rank_in_each_mode_as_post_slash_does(served: Served, mode: Mode | None, question: str,
+                                                                 first: str) -> None:
+    with PolymathClient(served.url) as host:
+        answer = host.query(question, count=3, count_type="bit", mode=mode)
+        passages = host.retrieve(question, k=3, mode=mode)
+    raw = httpx.post(f"{served.url}/", json={"query": question, "count": 3, "count_type": "bit",
+                                             **({"mode": mode} if mode else {})}, timeout=30).json()
+
+    assert [bit.id for bit in answer.bits] == [passage.bit_id for passage in passages] == [b["id"] for b in raw["bits"]]
+    assert str(answer.bits[0].title).startswith(first) and passages[0].title.startswith(first)
+    assert answer.sort == ("similarity" if mode == "vector" else "manual")
+    assert [bit.score for bit in answer.bits] == [bit.get("score") for bit in raw["bits"]]
+    assert [bit.similarity for bit in answer.bits] == [bit.get("similarity") for bit in raw["bits"]]
+    assert passages[0].score == (1.0 if mode == "keyword" else min(1.0, raw["bits"][0].get("score", raw["bits"][0][
+        "similarity"])))
+
+
+def test_keyword_weight_and_notes_come_through(served: Served) -> None:
+    with PolymathClient(served.url) as host:
+        by_meaning = host.query("the son of Amittai", count=3, count_type="bit", keyword_weight=0)
+        passages = host.retrieve("the son of Amittai", k=3, keyword_weight=0)
+        stop_words = host.query("of the and to it is", count=1, count_type="bit", mode="keyword")
+        with pytest.raises(HostError, match="keyword_weight must be between 0 and 1, got 2"):
+            host.query("the son of Amittai", keyword_weight=2)
+        with pytest.raises(HostError, match=r"retrieval_setting\.mode must be one of vector, keyword, hybrid"):
+            host.retrieve("the son of Amittai", mode="fuzzy")  # type: ignore[arg-type]
+    vector = httpx.post(f"{served.url}/", json={"query": "the son of Amittai", "count": 3, "count_type": "bit",
+                                                "mode": "vector"}, timeout=30).json()
+
+    assert [bit.id for bit in by_meaning.bits] == [passage.bit_id for passage in passages] == [
+        bit["id"] for bit in vector["bits"]]
+    assert stop_words.bits == [] and stop_words.notes == (
+        "the query has no keyword (only stop words or punctuation): nothing matches it",)
+
+
 def test_retrieve_gives_passages_with_library_and_a_score_from_0_to_1(served: Served) -> None:
     with PolymathClient(served.url) as host:
         passages = host.retrieve(JONAH, k=4)
-    bits = httpx.post(f"{served.url}/", json={"query": JONAH, "count": 4, "count_type": "bit", "mode": "vector"},
-                      timeout=30).json()["bits"]
+    bits = httpx.post(f"{served.url}/", json={"query": JONAH, "count": 4, "count_type": "bit"},
+                      timeout=30).json()["bits"]  # hybrid, as retrieve
 
     assert len(passages) == 4 and all(isinstance(passage, Passage) for passage in passages)
     assert [passage.bit_id for passage in passages] == [bit["id"] for bit in bits]
-    assert [passage.score for passage in passages] == [bit["similarity"] for bit in bits]
+    assert [passage.score for passage in passages] == [min(1.0, bit["score"]) for bit in bits]
     assert all(passage.library == "sample" and 0 <= passage.score <= 1 for passage in passages)
     assert passages[0].title.startswith("Jonah") and passages[0].url.startswith("https://www.biblegateway.com/")
 

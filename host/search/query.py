@@ -133,10 +133,9 @@ def run_query(index: ModelIndex, query: Query, grant: Grant, policy: SearchPolic
     search = search or policy.for_index(index, grant.access_tags)
     if query.mode == "vector":
         assert query.vector is not None
-        thresholds = [value for value in (query.similarity_threshold, query.score_threshold) if value is not None]
         return rank(index, query.vector, granted=grant.access_tags, count=query.count, count_type=query.count_type,
                     count_restricted=count_restricted, search=search, constraint=narrowing_mask(index, query),
-                    similarity_threshold=max(thresholds) if thresholds else None)
+                    similarity_threshold=_by_similarity(query))
     if query.text is None:
         raise QueryError(f"mode {query.mode} needs the query's text")
     narrowing = narrowing_mask(index, query)
@@ -176,7 +175,7 @@ def _ranked_by_text(index: ModelIndex, query: Query, granted: frozenset[str], na
     assert vector is not None
     if weighted.empty:
         nearest = rank(index, vector, granted=granted, count=query.count, count_type=query.count_type, search=search,
-                       constraint=narrowing, similarity_threshold=query.similarity_threshold)
+                       constraint=narrowing, similarity_threshold=_by_similarity(query))
         return Selection(nearest.rows, nearest.scores, nearest.first_bit_cut_to, 0, None,
                          (*notes, f"{NO_KEYWORDS}: ranked by meaning alone"))
     fused = rank_fused(index, vector, weighted, granted=granted, allowed=allowed, constraint=narrowing,
@@ -184,6 +183,13 @@ def _ranked_by_text(index: ModelIndex, query: Query, granted: frozenset[str], na
                        similarity_threshold=query.similarity_threshold, search=search,
                        score_threshold=query.score_threshold)
     return Selection(fused.rows, fused.similarities, fused.cut_to, 0, fused.scores, notes, fused.keyword_scores)
+
+
+def _by_similarity(query: Query) -> float | None:
+    """The threshold of an answer ranked by similarity: its rank score is then the similarity, so a
+    score threshold is one too."""
+    thresholds = [value for value in (query.similarity_threshold, query.score_threshold) if value is not None]
+    return max(thresholds) if thresholds else None
 
 
 def run_hybrid_query(index: ModelIndex, query: HybridQuery, grant: Grant) -> HybridSelection:

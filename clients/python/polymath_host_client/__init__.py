@@ -9,12 +9,12 @@ Framework retrievers live in `polymath_host_client.langchain` (extra `[langchain
 `polymath_host_client.llama_index` (extra `[llama-index]`).
 """
 
-from polymath_host_client.client import DEFAULT_TIMEOUT, AsyncPolymathClient, PolymathClient
+from polymath_host_client.client import DEFAULT_TIMEOUT, AsyncPolymathClient, Mode, PolymathClient
 from polymath_host_client.errors import HostError, HostTimeout, HostUnreachable, PolymathError, TokenRefused
 from polymath_host_client.results import Answer, Bit, Library, Passage
 
 __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_TIMEOUT", "Answer", "AsyncPolymathClient", "Bit", "HostError", "HostTimeout", "HostUnreachable",
-    "Library", "Passage", "PolymathClient", "PolymathError", "TokenRefused",
+    "Library", "Mode", "Passage", "PolymathClient", "PolymathError", "TokenRefused",
 ]

@@ -4,6 +4,7 @@
         host.libraries()                                  # GET /libraries
         host.query("a great fish", count=500)             # POST /: the bits within a budget of tokens or bits
         host.retrieve("a great fish", k=4)                # the best k passages, each with its library and a 0-1 score
+        host.query("Methuselah", mode="keyword")          # ranked by keywords (BM25) alone; hybrid is the default
 
 Both classes send the same requests (built by the `*_call` functions below) and read the same
 answers; only the I/O differs. The token rules are the host's: an access token travels as
@@ -12,8 +13,12 @@ bits only). Every request has a timeout (10 s unless told): a host that is down 
 HostUnreachable at once, one that does not answer HostTimeout, never a hang.
 
 `retrieve` asks `POST /dify/retrieval`, the host's door that names each passage's library (Dify's
-External Knowledge API); with no `libraries` it first asks `GET /libraries` for those the caller
-may see.
+External Knowledge API, with the host's own `mode` and `keyword_weight` in `retrieval_setting`);
+with no `libraries` it first asks `GET /libraries` for those the caller may see.
+
+`mode` is the host's: None (the host's default: `hybrid` for text, meaning and keywords fused),
+`vector` (meaning alone), `keyword` (BM25 alone); `keyword_weight` (0-1, hybrid only) the
+keywords' share of the fused score. Both are checked by the host, whose message a refusal carries.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from polymath_host_client.results import (
 
 DEFAULT_TIMEOUT = 10.0
 CountType = Literal["token", "bit"]
+Mode = Literal["hybrid", "vector", "keyword"]
 
 
 @dataclass(frozen=True)
@@ -56,18 +62,22 @@ def libraries_call() -> Call:
 
 
 def query_call(query: str | None, count: int, count_type: CountType, model: str | None,
-               similarity_threshold: float | None, constraint: str | Mapping[str, Any] | None) -> Call:
+               similarity_threshold: float | None, constraint: str | Mapping[str, Any] | None,
+               mode: Mode | None = None, keyword_weight: float | None = None) -> Call:
     arguments: dict[str, Any] = {"count": count, "count_type": count_type}
     optional = {"query": query, "query_embedding_model": model, "similarity_threshold": similarity_threshold,
-                "constraint": constraint}
+                "constraint": constraint, "mode": mode, "keyword_weight": keyword_weight}
     arguments.update({name: value for name, value in optional.items() if value is not None})
     return Call("POST", "/", arguments)
 
 
 def retrieve_call(query: str, libraries: Sequence[str], k: int, score_threshold: float,
-                  metadata_condition: Mapping[str, Any] | None) -> Call:
-    body: dict[str, Any] = {"knowledge_id": ",".join(libraries), "query": query,
-                            "retrieval_setting": {"top_k": k, "score_threshold": score_threshold}}
+                  metadata_condition: Mapping[str, Any] | None, mode: Mode | None = None,
+                  keyword_weight: float | None = None) -> Call:
+    setting: dict[str, Any] = {"top_k": k, "score_threshold": score_threshold}
+    setting.update({name: value for name, value in (("mode", mode), ("keyword_weight", keyword_weight))
+                    if value is not None})
+    body: dict[str, Any] = {"knowledge_id": ",".join(libraries), "query": query, "retrieval_setting": setting}
     if metadata_condition is not None:
         body["metadata_condition"] = metadata_condition
     return Call("POST", "/dify/retrieval", body)
@@ -153,17 +163,22 @@ class PolymathClient:
 
     def query(self, query: str | None = None, *, count: int = 1000, count_type: CountType = "token",
               model: str | None = None, similarity_threshold: float | None = None,
-              constraint: str | Mapping[str, Any] | None = None) -> Answer:
-        """`POST /`: the bits most similar to `query` within `count` tokens or bits (no query: a random sample)."""
-        return read_answer(self._ask(query_call(query, count, count_type, model, similarity_threshold, constraint)))
+              constraint: str | Mapping[str, Any] | None = None, mode: Mode | None = None,
+              keyword_weight: float | None = None) -> Answer:
+        """`POST /`: the bits that best answer `query` within `count` tokens or bits, ranked in `mode`
+        (no query: a random sample)."""
+        call = query_call(query, count, count_type, model, similarity_threshold, constraint, mode, keyword_weight)
+        return read_answer(self._ask(call))
 
     def retrieve(self, query: str, *, k: int = 4, libraries: Sequence[str] | None = None, score_threshold: float = 0.0,
-                 metadata_condition: Mapping[str, Any] | None = None) -> list[Passage]:
+                 metadata_condition: Mapping[str, Any] | None = None, mode: Mode | None = None,
+                 keyword_weight: float | None = None) -> list[Passage]:
         """The best `k` passages for `query` in `libraries` (default: every library this caller may see)."""
         names = list(libraries) if libraries is not None else libraries_to_search(self.libraries())
         if not names:
             return []
-        return read_records(self._ask(retrieve_call(query, names, k, score_threshold, metadata_condition)))
+        call = retrieve_call(query, names, k, score_threshold, metadata_condition, mode, keyword_weight)
+        return read_records(self._ask(call))
 
     def close(self) -> None:
         self._http.close()
@@ -200,19 +215,22 @@ class AsyncPolymathClient:
 
     async def query(self, query: str | None = None, *, count: int = 1000, count_type: CountType = "token",
                     model: str | None = None, similarity_threshold: float | None = None,
-                    constraint: str | Mapping[str, Any] | None = None) -> Answer:
-        """`POST /`: the bits most similar to `query` within `count` tokens or bits (no query: a random sample)."""
-        call = query_call(query, count, count_type, model, similarity_threshold, constraint)
+                    constraint: str | Mapping[str, Any] | None = None, mode: Mode | None = None,
+                    keyword_weight: float | None = None) -> Answer:
+        """`POST /`: the bits that best answer `query` within `count` tokens or bits, ranked in `mode`
+        (no query: a random sample)."""
+        call = query_call(query, count, count_type, model, similarity_threshold, constraint, mode, keyword_weight)
         return read_answer(await self._ask(call))
 
     async def retrieve(self, query: str, *, k: int = 4, libraries: Sequence[str] | None = None,
-                       score_threshold: float = 0.0, metadata_condition: Mapping[str, Any] | None = None
-                       ) -> list[Passage]:
+                       score_threshold: float = 0.0, metadata_condition: Mapping[str, Any] | None = None,
+                       mode: Mode | None = None, keyword_weight: float | None = None) -> list[Passage]:
         """The best `k` passages for `query` in `libraries` (default: every library this caller may see)."""
         names = list(libraries) if libraries is not None else libraries_to_search(await self.libraries())
         if not names:
             return []
-        return read_records(await self._ask(retrieve_call(query, names, k, score_threshold, metadata_condition)))
+        call = retrieve_call(query, names, k, score_threshold, metadata_condition, mode, keyword_weight)
+        return read_records(await self._ask(call))
 
     async def aclose(self) -> None:
         await self._http.aclose()

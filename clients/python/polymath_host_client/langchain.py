@@ -5,7 +5,9 @@
     documents = retriever.invoke("a great fish swallowed the prophet")      # or await retriever.ainvoke(...)
 
 Each Document is a passage: `page_content` its text, `id` its bit id, `metadata` url, title,
-library, bit_id, score (0-1, best first) and token_count. The token is a SecretStr: it is never
+library, bit_id, score (0-1, best first) and token_count. `mode` ("hybrid", the host's default:
+meaning and keywords fused; "vector"; "keyword") and `keyword_weight` (0-1, hybrid) say how the
+host ranks (polymath_host_client.client). The token is a SecretStr: it is never
 in the retriever's repr. Each call opens and closes its own client: there is nothing to close, and
 a retriever is safe to share between threads and event loops.
 """
@@ -17,7 +19,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import Field, SecretStr
 
-from polymath_host_client.client import DEFAULT_TIMEOUT, AsyncPolymathClient, PolymathClient
+from polymath_host_client.client import DEFAULT_TIMEOUT, AsyncPolymathClient, Mode, PolymathClient
 from polymath_host_client.results import Passage, framework_metadata
 
 
@@ -29,6 +31,8 @@ class PolymathRetriever(BaseRetriever):
     k: int = Field(default=4, ge=1)
     libraries: list[str] | None = None  # None: every library the token may see
     score_threshold: float = Field(default=0.0, ge=0.0, le=1.0)
+    mode: Mode | None = None  # None: the host's default, hybrid
+    keyword_weight: float | None = Field(default=None, ge=0.0, le=1.0)  # hybrid: the keywords' share
     timeout: float = Field(default=DEFAULT_TIMEOUT, gt=0)
 
     def _token(self) -> str | None:
@@ -36,14 +40,16 @@ class PolymathRetriever(BaseRetriever):
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         with PolymathClient(self.url, self._token(), timeout=self.timeout) as client:
-            passages = client.retrieve(query, k=self.k, libraries=self.libraries, score_threshold=self.score_threshold)
+            passages = client.retrieve(query, k=self.k, libraries=self.libraries, score_threshold=self.score_threshold,
+                                       mode=self.mode, keyword_weight=self.keyword_weight)
         return [as_document(passage) for passage in passages]
 
     async def _aget_relevant_documents(self, query: str, *,
                                        run_manager: AsyncCallbackManagerForRetrieverRun) -> list[Document]:
         async with AsyncPolymathClient(self.url, self._token(), timeout=self.timeout) as client:
             passages = await client.retrieve(query, k=self.k, libraries=self.libraries,
-                                             score_threshold=self.score_threshold)
+                                             score_threshold=self.score_threshold, mode=self.mode,
+                                             keyword_weight=self.keyword_weight)
         return [as_document(passage) for passage in passages]
 
 

@@ -28,7 +28,9 @@ class Library:
 
 @dataclass(frozen=True)
 class Bit:
-    """One bit of a query's answer (`POST /`), best first."""
+    """One bit of a query's answer (`POST /`), best first. `similarity` is the cosine (None: a keyword
+    query ranked without the query's vector); `score` the rank score when the answer is not ranked
+    by similarity (BM25 in keyword mode, the fused 0-1 score in hybrid mode)."""
 
     id: str
     text: str
@@ -39,6 +41,7 @@ class Bit:
     description: str | None = None
     image_url: str | None = None
     info: Mapping[str, Any] = field(default_factory=dict)
+    score: float | None = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ class Answer:
     embedding_model: str
     bits: list[Bit]
     message: str | None = None  # details.message: e.g. that restricted bits were held back
+    notes: tuple[str, ...] = ()  # details.notes: how the answer was made, e.g. "ranked by meaning alone"
+    sort: str = "similarity"  # "manual" when ranked by keywords or fused: the bits' order is the host's
 
 
 @dataclass(frozen=True)
@@ -94,16 +99,20 @@ def read_answer(data: Any) -> Answer:
     for raw in _field(answer, "bits", list, "the answer"):
         raw = _object(raw, "a bit")
         info: Mapping[str, Any] = raw["info"] if isinstance(raw.get("info"), Mapping) else {}
-        similarity = raw.get("similarity")
+        similarity, score = raw.get("similarity"), raw.get("score")
         bits.append(Bit(
             id=_field(raw, "id", str, "a bit"), text=raw.get("text", "") if isinstance(raw.get("text"), str) else "",
             token_count=raw["token_count"] if isinstance(raw.get("token_count"), int) else 0,
             similarity=float(similarity) if isinstance(similarity, int | float) else None,
-            url=str(info.get("url", "")), **_info_strings(info, ("title", "description", "image_url")), info=info))
+            url=str(info.get("url", "")), **_info_strings(info, ("title", "description", "image_url")), info=info,
+            score=float(score) if isinstance(score, int | float) else None))
     details = answer.get("details")
-    message = details.get("message") if isinstance(details, Mapping) else None
+    details = details if isinstance(details, Mapping) else {}
+    message, notes, sort = details.get("message"), details.get("notes"), answer.get("sort")
     return Answer(_field(answer, "embedding_model", str, "the answer"), bits,
-                  message if isinstance(message, str) else None)
+                  message if isinstance(message, str) else None,
+                  tuple(note for note in notes if isinstance(note, str)) if isinstance(notes, list) else (),
+                  sort if isinstance(sort, str) else "similarity")
 
 
 def read_records(data: Any) -> list[Passage]:

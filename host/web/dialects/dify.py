@@ -8,9 +8,13 @@
 `knowledge_id` names a library, or several of one embedding model separated by commas. The API
 key Dify sends (`Authorization: Bearer <key>`) is an access token of this host; with no
 Authorization header the caller is anonymous (public bits only). `passages.find_passages` asks
-the query core as `POST /` does: `top_k` bits (at most --max-count), the score POST /'s
-similarity clipped to 0-1, `score_threshold` (0 when Dify's threshold is off) where the list
-ends, `metadata_condition` through the one constraint engine (host/constraints/dify_condition.py).
+the query core as `POST /` asks a text query: hybrid (meaning and keywords fused, as Dify's own
+knowledge bases search by default), `top_k` bits (at most --max-count), the score the rank score
+POST / reports (the fused score, 0-1, relative to the question's candidates: see passages.py),
+`score_threshold` (0 when Dify's threshold is off) the least score kept, `metadata_condition`
+through the one constraint engine (host/constraints/dify_condition.py). `retrieval_setting` may
+also hold this host's `mode` ("hybrid", "vector", "keyword") and `keyword_weight` (0-1, hybrid),
+as `POST /` takes them: Dify never sends them, but the Python client's `retrieve` does.
 `metadata` is always an object, `records` an empty list when nothing matches.
 
 Errors are `{"error_code", "error_msg"}` with a non-200 status (Dify shows any non-200 to the
@@ -25,13 +29,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeGuard
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from host.constraints import ConstraintError, Everything, parse_dify_condition
 from host.library.json_text import parse_json
+from host.search.fusion import DEFAULT_KEYWORD_WEIGHT
+from host.search.query import MODES, Mode
 from host.store.compiled import CompiledLibrary
 from host.web.caller import Caller, request_caller
 from host.web.dialects.passages import Passage, find_passages, visible_library
@@ -76,14 +83,15 @@ async def _retrieval(request: Request) -> Response:
         raise bad_request("query is required: the user's question, a string")
     if len(query) > MAX_QUERY_CHARACTERS:
         raise bad_request(f"query is {len(query):,} characters long; at most {MAX_QUERY_CHARACTERS:,} are read")
-    top_k, threshold = retrieval_setting(body.get("retrieval_setting"), state.settings.max_count)
+    setting = retrieval_setting(body.get("retrieval_setting"), state.settings.max_count)
     try:
         condition = parse_dify_condition(body.get("metadata_condition"))
     except ConstraintError as problem:
         raise bad_request(str(problem)) from None
     passages = [] if not query.strip() else await find_passages(
-        state, caller, libraries, query, top_k, score_threshold=threshold,
-        constraint=None if isinstance(condition, Everything) else condition)
+        state, caller, libraries, query, setting.top_k, score_threshold=setting.score_threshold,
+        constraint=None if isinstance(condition, Everything) else condition, mode=setting.mode,
+        keyword_weight=DEFAULT_KEYWORD_WEIGHT if setting.keyword_weight is None else setting.keyword_weight)
     state.metrics.count("polymath_queries_total", format="dify")
     return Response(render_json({"records": [record(passage) for passage in passages]}), 200,
                     cache_headers(caller.token), media_type=JSON)
@@ -133,19 +141,41 @@ def knowledge(state: HostState, caller: Caller, knowledge_id: Any) -> list[Compi
     return libraries
 
 
-def retrieval_setting(value: Any, max_count: int) -> tuple[int, float]:
-    """(top_k, score_threshold), checked as Dify documents them."""
+@dataclass(frozen=True)
+class RetrievalSetting:
+    top_k: int
+    score_threshold: float
+    mode: Mode | None = None  # this host's extension: None is hybrid (keyword where nothing embeds the model)
+    keyword_weight: float | None = None  # this host's extension, with hybrid: the keywords' share
+
+
+def retrieval_setting(value: Any, max_count: int) -> RetrievalSetting:
+    """Dify's top_k and score_threshold, checked as Dify documents them, and this host's `mode` and
+    `keyword_weight` (which Dify never sends), checked as `POST /` checks them."""
     if not isinstance(value, Mapping):
         raise bad_request("retrieval_setting is required: an object with top_k and score_threshold")
     top_k = value.get("top_k")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= max_count:
         raise bad_request(f"retrieval_setting.top_k must be an integer from 1 to {max_count}, got {top_k!r:.40}")
     threshold = value.get("score_threshold")
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not math.isfinite(threshold) \
-            or not 0 <= threshold <= 1:
+    if not _finite(threshold) or not 0 <= threshold <= 1:
         raise bad_request(f"retrieval_setting.score_threshold must be a number from 0 to 1 (0 keeps every "
                           f"passage), got {threshold!r:.40}")
-    return top_k, float(threshold)
+    mode = value.get("mode")
+    if mode is not None and mode not in MODES:
+        raise bad_request(f"retrieval_setting.mode must be one of {', '.join(MODES)}, got {mode!r:.40}")
+    weight = value.get("keyword_weight")
+    if weight is not None:
+        if not _finite(weight) or not 0 <= weight <= 1:
+            raise bad_request(f"retrieval_setting.keyword_weight must be a number from 0 to 1, got {weight!r:.40}")
+        if mode not in (None, "hybrid"):
+            raise bad_request("retrieval_setting.keyword_weight weighs keywords against meaning: it applies only "
+                              "to mode hybrid (the default)")
+    return RetrievalSetting(top_k, float(threshold), mode, None if weight is None else float(weight))
+
+
+def _finite(value: Any) -> TypeGuard[float]:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
 def record(passage: Passage) -> dict[str, Any]:

@@ -7,11 +7,16 @@
 `client.vector_stores.search("sample", query=...)` of the real `openai` package works with an
 access token as its API key (`Authorization: Bearer`; none, or an unknown opaque key: public bits
 only). The id is the library's name (percent-encoded in the path when it holds "/"). Search asks
-the query core as `POST /` does (passages.py): `query` a string or a list of strings (embedded
-together, as one text), `max_num_results` bits (1-50, default 10), `filters` through the one
-constraint engine (host/constraints/attribute_filter.py), `ranking_options.score_threshold` (0-1)
-where the list ends, the score POST /'s similarity clipped to 0-1; `ranking_options.ranker` and
-`rewrite_query` are accepted and change nothing (nothing is re-ranked or rewritten). A result's
+the query core as `POST /` asks a text query (passages.py): `query` a string or a list of strings
+(embedded together, as one text), `max_num_results` bits (1-50, default 10), `filters` through the
+one constraint engine (host/constraints/attribute_filter.py). Ranking is hybrid, as OpenAI's file
+search is (meaning and keywords fused): `ranking_options.hybrid_search` `{"embedding_weight",
+"text_weight"}` (both, as OpenAI's file search tool documents them: weights of a fusion of the two
+rankings) set the keywords' share, `text_weight / (embedding_weight + text_weight)`, 0.5 without
+them; the score is the fused rank score (0-1, passages.py) and `ranking_options.score_threshold`
+(0-1) the least score kept. `ranking_options.ranker` (`auto`, `default-2024-11-15`, or `none`:
+OpenAI's re-ranking on or off) and `rewrite_query` are accepted and change nothing: this host has
+no re-ranking model and rewrites nothing. A result's
 file is the bits of the library sharing its URL (the document RAGFlow's dialect lists: `file_id`
 is "file-" and that document's id), `filename` its URL, `attributes` the bit's info fields with
 its library, bit_id and token_count.
@@ -26,7 +31,7 @@ refused with a 405 in OpenAI's error shape: libraries are published as files on 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -35,6 +40,7 @@ from starlette.routing import BaseRoute, Route
 from host.constraints import ConstraintError, parse_attribute_filter
 from host.constraints.words import fold
 from host.library.json_text import parse_json
+from host.search.fusion import DEFAULT_KEYWORD_WEIGHT
 from host.web.caller import Caller, request_caller
 from host.web.dialects.openai_errors import OpenAIError
 from host.web.dialects.passages import Passage, find_passages, visible_library
@@ -46,6 +52,7 @@ from host.web.state import host_state
 
 SEARCH_KEYS = ("query", "filters", "max_num_results", "ranking_options", "rewrite_query")
 RANKERS = ("auto", "none", "default-2024-11-15")
+RANKING_KEYS = ("ranker", "score_threshold", "hybrid_search")
 LIST_PARAMETERS = ("limit", "order", "after", "before")
 DEFAULT_RESULTS, MAX_RESULTS = 10, 50
 DEFAULT_LIMIT, MAX_LIMIT = 20, 100
@@ -190,7 +197,7 @@ async def search(request: Request) -> Response:
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= largest:
         raise OpenAIError(400, f"max_num_results must be an integer from 1 to {largest}, got {count!r:.40}",
                           "max_num_results")
-    threshold = _score_threshold(body.get("ranking_options"))
+    threshold, keyword_weight = _ranking_options(body.get("ranking_options"))
     if not isinstance(body.get("rewrite_query", False), bool):
         raise OpenAIError(400, "rewrite_query must be a boolean", "rewrite_query")
     try:
@@ -199,7 +206,8 @@ async def search(request: Request) -> Response:
         raise OpenAIError(400, str(problem), "filters") from None
     question = "\n".join(queries)
     passages = [] if not question.strip() else await find_passages(
-        state, caller, [library], question, count, score_threshold=threshold, constraint=constraint)
+        state, caller, [library], question, count, score_threshold=threshold, constraint=constraint,
+        keyword_weight=keyword_weight)
     state.metrics.count("polymath_queries_total", format="openai")
     page = {"object": "vector_store.search_results.page", "search_query": queries,
             "data": [result(passage) for passage in passages], "has_more": False, "next_page": None}
@@ -230,20 +238,40 @@ def _queries(value: Any) -> list[str]:
     return queries
 
 
-def _score_threshold(options: Any) -> float:
+def _ranking_options(options: Any) -> tuple[float, float]:
+    """(score_threshold, keyword_weight) from `ranking_options`, checked as OpenAI documents it."""
     if options is None:
-        return 0.0
-    if not isinstance(options, dict) or set(options) - {"ranker", "score_threshold"}:
-        raise OpenAIError(400, "ranking_options must be an object with ranker and score_threshold",
-                          "ranking_options")
+        return 0.0, DEFAULT_KEYWORD_WEIGHT
+    if not isinstance(options, dict) or set(options) - set(RANKING_KEYS):
+        raise OpenAIError(400, f"ranking_options must be an object with {', '.join(RANKING_KEYS)}", "ranking_options")
     if options.get("ranker", "auto") not in RANKERS:
         raise OpenAIError(400, f"ranking_options.ranker must be one of {', '.join(RANKERS)}", "ranking_options.ranker")
     threshold = options.get("score_threshold", 0.0)
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not math.isfinite(threshold) \
-            or not 0 <= threshold <= 1:
+    if not _finite(threshold) or not 0 <= threshold <= 1:
         raise OpenAIError(400, f"ranking_options.score_threshold must be a number from 0 to 1, got {threshold!r:.40}",
                           "ranking_options.score_threshold")
-    return float(threshold)
+    return float(threshold), _keyword_weight(options.get("hybrid_search"))
+
+
+def _keyword_weight(weights: Any) -> float:
+    """The keywords' share of the fused score from OpenAI's `hybrid_search` weights (None: the default)."""
+    if weights is None:
+        return DEFAULT_KEYWORD_WEIGHT
+    param = "ranking_options.hybrid_search"
+    if not isinstance(weights, dict) or set(weights) != {"embedding_weight", "text_weight"}:
+        raise OpenAIError(400, f"{param} must be an object with embedding_weight and text_weight", param)
+    for name in ("embedding_weight", "text_weight"):
+        if not _finite(weights[name]) or weights[name] < 0:
+            raise OpenAIError(400, f"{param}.{name} must be a number of at least 0, got {weights[name]!r:.40}",
+                              f"{param}.{name}")
+    total = float(weights["embedding_weight"]) + float(weights["text_weight"])
+    if total <= 0:
+        raise OpenAIError(400, f"{param}: embedding_weight and text_weight must not both be 0", param)
+    return float(weights["text_weight"]) / total
+
+
+def _finite(value: Any) -> TypeGuard[float]:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
 def result(passage: Passage) -> dict[str, Any]:

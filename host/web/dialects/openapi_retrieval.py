@@ -12,6 +12,10 @@ _BEARER = {"name": "Authorization", "in": "header", "required": False, "schema":
            "description": "Bearer <access token>; none: public bits only"}
 _NULLABLE_INT = {"type": "integer", "nullable": True}
 
+_RANK_SCORE = {"type": "number", "minimum": 0, "maximum": 1,
+               "description": "the rank score: hybrid ranking's fused score (POST /'s score), relative to the question's "
+                              "candidates (the best by both meaning and keywords scores 1); the similarity when a "
+                              "question of stop words alone was ranked by meaning"}
 _DIFY_ERROR = {"type": "object", "required": ["error_code", "error_msg"], "properties": {
     "error_code": {"type": "integer", "description": "1001 a malformed Authorization header, 1002 a refused token, "
                                                      "2001 no such knowledge base; else the HTTP status"},
@@ -21,13 +25,14 @@ _DIFY_REQUEST = {"type": "object", "required": ["knowledge_id", "query", "retrie
     "query": {"type": "string", "maxLength": 10000},
     "retrieval_setting": {"type": "object", "required": ["top_k", "score_threshold"], "properties": {
         "top_k": {"type": "integer", "minimum": 1},
-        "score_threshold": {"type": "number", "minimum": 0, "maximum": 1}}},
+        "score_threshold": {"type": "number", "minimum": 0, "maximum": 1,
+                            "description": "the least score (the fused rank score) a record keeps; 0 keeps every one"}}},
     "metadata_condition": {"type": "object", "nullable": True, "description": "Dify's: {logical_operator, conditions: "
                            "[{name, comparison_operator, value}]} over title, url, description, image_url, library, text"},
 }}
 _DIFY_RECORDS = {"type": "object", "required": ["records"], "properties": {"records": {"type": "array", "items": {
     "type": "object", "required": ["content", "score", "title", "metadata"], "properties": {
-        "content": {"type": "string"}, "score": {"type": "number", "minimum": 0, "maximum": 1},
+        "content": {"type": "string"}, "score": _RANK_SCORE,
         "title": {"type": "string"},
         "metadata": {"type": "object", "description": "url, title, description, image_url, library, bit_id, token_count",
                      "properties": {"url": {"type": "string"}, "library": {"type": "string"},
@@ -56,8 +61,15 @@ _SEARCH_REQUEST = {"type": "object", "required": ["query"], "properties": {
     "filters": {"type": "object", "description": "OpenAI's comparison ({type: eq|ne|gt|gte|lt|lte|in|nin, key, value}) "
                 "or compound ({type: and|or, filters}) filter on url, title, description, image_url, library"},
     "ranking_options": {"type": "object", "properties": {
-        "ranker": {"type": "string", "enum": ["auto", "none", "default-2024-11-15"]},
-        "score_threshold": {"type": "number", "minimum": 0, "maximum": 1}}},
+        "ranker": {"type": "string", "enum": ["auto", "none", "default-2024-11-15"],
+                   "description": "accepted; this host has no re-ranking model"},
+        "score_threshold": {"type": "number", "minimum": 0, "maximum": 1,
+                            "description": "the least score (the fused rank score) a result keeps"},
+        "hybrid_search": {"type": "object", "required": ["embedding_weight", "text_weight"], "description":
+                          "the keywords' share of the fused score is text_weight / (embedding_weight + text_weight); "
+                          "0.5 without these", "properties": {
+                              "embedding_weight": {"type": "number", "minimum": 0},
+                              "text_weight": {"type": "number", "minimum": 0}}}}},
     "rewrite_query": {"type": "boolean", "description": "accepted; nothing is rewritten"},
 }}
 _SEARCH_PAGE = {"type": "object", "required": ["object", "search_query", "data", "has_more", "next_page"], "properties": {
@@ -66,7 +78,7 @@ _SEARCH_PAGE = {"type": "object", "required": ["object", "search_query", "data",
     "data": {"type": "array", "items": {"type": "object", "required": ["file_id", "filename", "score", "attributes",
                                                                        "content"], "properties": {
         "file_id": {"type": "string"}, "filename": {"type": "string", "description": "the bit's URL"},
-        "score": {"type": "number", "minimum": 0, "maximum": 1},
+        "score": _RANK_SCORE,
         "attributes": {"type": "object", "description": "url, title, description, image_url, library, bit_id, token_count"},
         "content": {"type": "array", "items": {"type": "object", "required": ["type", "text"], "properties": {
             "type": {"type": "string", "enum": ["text"]}, "text": {"type": "string"}}}}}}},

@@ -1,13 +1,27 @@
 """Passages for the retrieval dialects (Dify's External Knowledge API, OpenAI's vector-store search):
-the best bits of some named libraries for a text question, each with the library it came from.
+the best bits of some named libraries for a text question, each with the library it came from and
+a score from 0 to 1.
 
-Asked as `POST /` asks: the question is embedded with the libraries' model, `host.search.query`
-ranks what the caller may see (the constraint and the library list only narrow it), the budget is
-`count` bits, `--max-answer-bytes` caps the answer, and each bit is `results.bits.result_bit` (no
-embedding). A passage's `score` is its similarity on the 0-1 scale these dialects use: the
-similarity `POST /` reports for the same question, clipped at 0 (it is a dot product of unit
-vectors, so only unrelated bits fall below 0). So a `score_threshold` above 0 is exactly `POST /`'s
-`similarity_threshold`, and one of 0 or less keeps every bit.
+Asked as `POST /` asks a text query: `host.search.query` ranks what the caller may see in the
+mode asked for, by default `hybrid` (meaning and keywords fused, `keyword_weight` the keywords'
+share), or `keyword` when no embedder serves the libraries' model (as `POST /` does, and says
+so); the constraint and the library list only narrow it. The budget is `count` bits,
+`--max-answer-bytes` caps the answer, and each bit is `results.bits.result_bit` (no embedding).
+
+A passage's `score` is its rank score on the 0-1 scale these dialects use, so that the list is in
+score order (Dify and OpenAI's clients merge and cut lists by it):
+
+- hybrid: the fused score `POST /` reports as `score` for the same question (each side min-max
+  normalized over the candidates both rankings bring, then weighed): relative to the question,
+  the passage best by both meaning and keywords scores 1. A question with no keyword (only stop
+  words) is ranked by meaning alone, and scored as in vector mode;
+- vector: the similarity, clipped at 0 (a dot product of unit vectors);
+- keyword: the BM25 score over the best one's, so the best passage scores 1 here too.
+
+`score_threshold` keeps the passages scoring at least that (0: every one). It is a filter over the
+ranked list: it never moves a passage or changes a score. In hybrid and vector mode it is the
+query core's `score_threshold`, applied before the count; in keyword mode it is applied to the
+scores above, which are in the same order as BM25, so the passages kept are the same.
 """
 
 from __future__ import annotations
@@ -23,8 +37,10 @@ from host.embedders.errors import EmbedderError
 from host.library.omit import parse_omit
 from host.results.answers import estimated_answer_bytes
 from host.results.bits import result_bit
+from host.search.engine import Selection
 from host.search.errors import QueryError
-from host.search.query import Query, choose_model, run_query
+from host.search.fusion import DEFAULT_KEYWORD_WEIGHT
+from host.search.query import Mode, Query, choose_model, run_query
 from host.store.compiled import CompiledLibrary
 from host.web.caller import Caller
 from host.web.query_endpoint import check_answer_size
@@ -37,11 +53,8 @@ WITHOUT_EMBEDDING = parse_omit("embedding")
 class Passage:
     library: CompiledLibrary
     row: int  # the bit's row in its library
-    bit: dict[str, Any]  # as POST / answers it: id, text, token_count, similarity, info
-
-    @property
-    def score(self) -> float:
-        return min(1.0, max(0.0, float(self.bit["similarity"])))
+    bit: dict[str, Any]  # as POST / answers it: id, text, token_count, similarity and score when it has them, info
+    score: float  # the rank score, 0-1 (see the module's docstring)
 
     @property
     def info(self) -> dict[str, Any]:
@@ -65,26 +78,48 @@ def one_model(libraries: Sequence[CompiledLibrary]) -> str:
 
 
 async def find_passages(state: HostState, caller: Caller, libraries: Sequence[CompiledLibrary], question: str,
-                        count: int, *, score_threshold: float = 0.0, constraint: Node | None = None) -> list[Passage]:
-    """The best `count` bits of `libraries` for `question` that this caller may see, best first."""
+                        count: int, *, score_threshold: float = 0.0, constraint: Node | None = None,
+                        mode: Mode | None = None, keyword_weight: float = DEFAULT_KEYWORD_WEIGHT) -> list[Passage]:
+    """The best `count` bits of `libraries` for `question` that this caller may see, best first.
+    `mode` None is hybrid, or keyword where no embedder serves the libraries' model."""
     catalog = state.catalog  # this request's generation, whatever reloads happen meanwhile
     index = choose_model(catalog, one_model(libraries), caller.grant)
-    vector = await state.embedders.embed_query(index.model, question)
-    if vector.shape != (index.dimension,):
-        raise EmbedderError(f"the embedder of {index.model} gave {vector.shape[-1]} dimensions; "
-                            f"its libraries have {index.dimension}")
-    query = Query(vector, count, "bit", similarity_threshold=score_threshold if score_threshold > 0 else None,
-                  constraint=constraint, libraries=frozenset(library.name for library in libraries))
+    if mode is None:
+        mode = "hybrid" if index.model in state.embedders else "keyword"
+    vector = None
+    if mode != "keyword":
+        vector = await state.embedders.embed_query(index.model, question)
+        if vector.shape != (index.dimension,):
+            raise EmbedderError(f"the embedder of {index.model} gave {vector.shape[-1]} dimensions; "
+                                f"its libraries have {index.dimension}")
+    threshold = score_threshold if score_threshold > 0 else None
+    query = Query(vector, count, "bit", constraint=constraint, libraries=frozenset(library.name for library in libraries),
+                  text=question, mode=mode, keyword_weight=keyword_weight,
+                  score_threshold=None if mode == "keyword" else threshold)
 
     def compute() -> list[Passage]:
         selection = run_query(index, query, caller.grant, state.search)
         check_answer_size(estimated_answer_bytes(index, selection, WITHOUT_EMBEDDING, binary_embeddings=False),
                           state.settings.max_answer_bytes)
+        similarities = [None] * len(selection.rows) if selection.scores is None else selection.scores.tolist()
+        ranks = [None] * len(selection.rows) if selection.ranks is None else selection.ranks.tolist()
         passages = []
-        assert selection.scores is not None  # ranked by a vector
-        for row, similarity in zip(selection.rows.tolist(), selection.scores.tolist()):
+        for row, similarity, rank, score in zip(selection.rows.tolist(), similarities, ranks,
+                                                passage_scores(selection, mode), strict=True):
+            if threshold is not None and score < threshold:
+                break  # keyword mode: the scores fall as BM25 does
             library, local = index.locate(row)
-            passages.append(Passage(library, local, result_bit(library, local, WITHOUT_EMBEDDING, similarity=similarity)))
+            bit = result_bit(library, local, WITHOUT_EMBEDDING, similarity=similarity, score=rank)
+            passages.append(Passage(library, local, bit, score))
         return passages
 
     return await run_in_threadpool(compute)
+
+
+def passage_scores(selection: Selection, mode: Mode) -> list[float]:
+    """Each selected bit's 0-1 score: the fused score, the similarity, or BM25 over the best one's."""
+    scores = selection.ranks if selection.ranks is not None else selection.scores
+    assert scores is not None  # ranked by keywords, fused, or by similarity
+    if mode == "keyword" and len(scores) and scores[0] > 0:
+        scores = scores / scores[0]  # BM25, best first
+    return [min(1.0, max(0.0, float(score))) for score in scores.tolist()]
