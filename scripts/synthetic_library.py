@@ -17,13 +17,17 @@ very same vectors without parsing JSON. Memory stays at one chunk whatever the s
 
 Text: `--text long` (the default) is scripts/benchmarks/libraries.py's ~0.75 words per token;
 `--text short` is one line of about a dozen words (a 10M library with long texts would need
-~30 GB more disk than this machine has to spare: the measurement says so).
+~30 GB more disk than this machine has to spare: the measurement says so); `--text verses` is
+English for keyword search (scripts/bench_keywords.py): ~0.75 words per token drawn from a
+word-bigram chain of the sample library's King James verses (scripts/sample_source/), so words
+keep their real frequencies and neighbours (7,000 distinct words, Zipf-like) and every bit differs.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import json
 import sys
 import time
@@ -46,6 +50,7 @@ SUB_SPREAD = 0.6  # a sub-centre's distance from its centre, relative
 CHUNK = 32_768  # rows generated at a time
 TOKENS = (50, 400)
 MINILM = "sentence-transformers:all-MiniLM-L6-v2"
+VERSES = ROOT / "scripts" / "sample_source" / "kjv-selection.tsv"
 VOCABULARY = ["lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit", "sed", "do", "eiusmod",
               "tempor", "incididunt", "ut", "labore", "et", "dolore", "magna", "aliqua", "enim", "ad", "minim", "veniam",
               "quis", "nostrud", "exercitation", "ullamco", "laboris", "nisi", "aliquip", "ex", "ea", "commodo",
@@ -97,6 +102,8 @@ def vectors(recipe: Recipe, start: int = 0, stop: int | None = None) -> Iterator
 
 
 def texts(recipe: Recipe, start: int, token_counts: np.ndarray) -> list[str]:
+    if recipe.text == "verses":
+        return verse_texts(recipe, start, token_counts)
     words = np.random.default_rng([recipe.seed, recipe.bits, start, 1]).integers(0, len(VOCABULARY), (len(token_counts), 12))
     if recipe.text == "short":
         return [f"Bit {start + row}: " + " ".join(VOCABULARY[w] for w in words[row]) for row in range(len(token_counts))]
@@ -105,8 +112,41 @@ def texts(recipe: Recipe, start: int, token_counts: np.ndarray) -> list[str]:
             for row, tokens in enumerate(token_counts.tolist())]
 
 
+@functools.cache
+def verse_chain() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The sample's verses as a word-bigram chain: (the words, the text as word numbers, each word's
+    occurrences grouped by word, where each word's group starts). The next word after w is the word
+    after a random occurrence of w: a bigram drawn with its real frequency, in two gathers."""
+    said: list[str] = []
+    for line in VERSES.read_text().splitlines():
+        said += line.split("\t")[3].split()
+    words, numbers = np.unique(np.array(said), return_inverse=True)
+    numbers = numbers[:-1]  # the last word has no successor: never an occurrence to follow
+    occurrences = np.argsort(numbers, kind="stable")
+    starts = np.searchsorted(numbers[occurrences], np.arange(len(words) + 1))
+    return words, np.append(numbers, 0), occurrences, starts
+
+
+def verse_texts(recipe: Recipe, start: int, token_counts: np.ndarray) -> list[str]:
+    """Rows' texts of ~0.75 words a token, walked along the verse chain (reproducible by chunk)."""
+    words, text, occurrences, starts = verse_chain()
+    counts = np.diff(starts)
+    rng = np.random.default_rng([recipe.seed, recipe.bits, start, 2])
+    lengths = np.maximum(1, (token_counts * 0.75).astype(np.int64))
+    walked = np.empty((len(token_counts), int(lengths.max()) if len(lengths) else 0), dtype=np.int64)
+    current = text[occurrences[rng.integers(0, len(occurrences), len(token_counts))]]
+    for step in range(walked.shape[1]):
+        walked[:, step] = current
+        drawn = starts[current] + (rng.random(len(current)) * counts[current]).astype(np.int64)
+        current = text[occurrences[drawn] + 1]
+    vocabulary = words.tolist()
+    return [" ".join(map(vocabulary.__getitem__, row[:length])) for row, length in zip(walked.tolist(), lengths.tolist())]
+
+
 def bit_json(row: int, vector: np.ndarray, tokens: int, text: str) -> str:
-    # The words are plain ASCII: json.dumps would write the text exactly like this.
+    # Lorem words are plain ASCII (json.dumps would write them exactly like this); verses may need escapes.
+    if '"' in text or "\\" in text:
+        text = json.dumps(text)[1:-1]
     return (f'{{"text":"{text}","embedding":"{base64.b64encode(vector.tobytes()).decode()}",'
             f'"token_count":{tokens},"info":{{"url":"https://example.com/synthetic/{row}","title":"Synthetic bit {row}"}}}}')
 
@@ -154,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=1, help="library files to split the rows over (default 1)")
     parser.add_argument("--clusters", type=int, default=200)
     parser.add_argument("--subclusters", type=int, default=0, help="sub-centres per centre (default 0: none)")
-    parser.add_argument("--text", choices=["long", "short"], default="long")
+    parser.add_argument("--text", choices=["long", "short", "verses"], default="long")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", help=f"embedding model (default {ADA_002} at 1536 dimensions, else {MINILM})")
     args = parser.parse_args(argv)

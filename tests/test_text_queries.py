@@ -26,6 +26,7 @@ from host.embedders.minilm import MODEL as MINILM
 from host.embedders.minilm import MiniLMEmbedder
 from host.embedders.openai_http import OpenAIEmbedder
 from host.embedders.service import Embedders
+from host.search.keywords import MOST_TERMS
 from host.service.settings import Settings
 from host.web.app import create_app
 
@@ -331,7 +332,7 @@ async def test_a_query_of_ten_thousand_characters_is_bounded_and_says_so(client:
     answer = (await client.post("/", json={"query": words, "mode": mode, "count": 5, "count_type": "bit"})).json()
 
     assert len(answer["bits"]) == 5
-    assert answer["details"]["notes"][0].endswith("distinct keywords; the 64 rarest were used")
+    assert answer["details"]["notes"][0].endswith(f"distinct keywords; the {MOST_TERMS} rarest were used")
 
 
 @pytest.mark.parametrize(("fields", "says"), [

@@ -34,7 +34,7 @@ from host.library.visibility import allowed_tag_ids
 from host.search.budget import FIRST_GUESS_FOR_TOKENS, GROWTH, CountType, apply_budget
 from host.store.compiled import keywords_of
 
-MOST_TERMS = 64  # distinct terms of a query: CISI's longest judged query has 134, its median 25
+MOST_TERMS = 128  # distinct terms of a query: CISI's longest judged query has 134, its median 25
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,7 @@ class Weighted:
     numbers: tuple[tuple[int | None, ...], ...]  # per library, each term's number there (None: absent)
     average: float  # the caller's average bit length, in terms
     notes: tuple[str, ...] = ()
+    postings: int = 0  # the visible bits holding each term, summed: what a search would read at most
 
     @property
     def empty(self) -> bool:
@@ -73,7 +74,7 @@ def weigh(index: ModelIndex, text: str, granted: frozenset[str]) -> Weighted:
     weights = np.array([said[term] * idf(visible_rows, frequency[term]) for term in terms], dtype=np.float64)
     average = visible_length / visible_rows if visible_rows else 1.0
     per_library = tuple(tuple(numbers[term][position] for term in terms) for position in range(len(libraries)))
-    return Weighted(terms, weights, per_library, average or 1.0, tuple(notes))
+    return Weighted(terms, weights, per_library, average or 1.0, tuple(notes), sum(frequency[term] for term in terms))
 
 
 def idf(documents: int, frequency: int) -> float:

@@ -32,6 +32,7 @@ from host.results.bits import selection_bits
 from host.search.batching import BATCHER
 from host.search.engine import Search, Selection, random_query
 from host.search.fusion import DEFAULT_KEYWORD_WEIGHT
+from host.search.keywords import weigh
 from host.search.query import Mode, Query, choose_model, run_query
 from host.web.caller import Caller, request_caller
 from host.web.context_block import TEXT_PLAIN, render_context_block
@@ -57,6 +58,9 @@ CONTEXT_BLOCK_KEYS = parse_omit("embedding")  # a context block shows text and i
 INLINE_FLOATS = 1 << 22  # vector values a query may read on the event loop's thread (16 MB: ~1 ms of scan)
 INLINE_BITS = 64  # bits a query so answered may ask for...
 INLINE_TOKENS = 4096  # ...or tokens
+# Postings a keyword (or hybrid) query may have on the loop's thread: the block-max search reads a
+# fraction of them (1M verses, three terms of 150-300k postings each: 0.1-2 ms; host/keywords/top.py).
+INLINE_POSTINGS = 1 << 20
 
 
 async def query_endpoint(request: Request) -> Response:
@@ -154,7 +158,10 @@ async def answer(
         return body
 
     search = state.search.for_index(index, caller.access_tags)
-    inline = runs_inline(index, args, search, libraries) if mode == "vector" else False
+    inline = runs_inline(index, args, search, libraries) if mode != "keyword" else small(args, libraries)
+    if inline and mode != "vector":
+        assert args.query is not None
+        inline = weigh(index, args.query, caller.access_tags).postings <= INLINE_POSTINGS
     computed = compute() if inline else await run_in_threadpool(compute)
     if isinstance(computed, Selection):
         selection = computed
@@ -186,13 +193,17 @@ async def query_vector_of(state: HostState, index: ModelIndex, args: QueryArgs, 
     return random_query(index.dimension)
 
 
+def small(args: QueryArgs, libraries: frozenset[str] | None) -> bool:
+    """A small budget and no constraint: what every query answered inline has."""
+    return (args.constraint is None and libraries is None
+            and args.count <= (INLINE_BITS if args.count_type == "bit" else INLINE_TOKENS))
+
+
 def runs_inline(index: ModelIndex, args: QueryArgs, search: Search, libraries: frozenset[str] | None) -> bool:
     """Whether a query reads so little that it is answered on the event loop's thread: a small budget,
     no constraint, and a cluster scan (the centroids, then at least `probes` clusters and `oversample`
     rows) or an exact scan too small to share passes, of at most INLINE_FLOATS values."""
-    if args.constraint is not None or libraries is not None:
-        return False
-    if args.count > (INLINE_BITS if args.count_type == "bit" else INLINE_TOKENS):
+    if not small(args, libraries):
         return False
     if search.approximate and index.clusters is not None:
         table = index.clusters
