@@ -1,4 +1,4 @@
-"""Brute-force references for constraints and term scores: plain Python over the bits' records.
+"""Brute-force references for constraints: plain Python over the bits' records.
 
 Written from the documented rules (host/constraints/*.py docstrings), not from the engine's
 code: one bit at a time, strings and lists, no index. Slow and obviously right.
@@ -6,7 +6,6 @@ code: one bit at a time, strings and lists, no index. Slow and obviously right.
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 import unicodedata
@@ -82,23 +81,3 @@ def matches(node: Node, record: dict[str, Any], library: str) -> bool:
         return not matches(node.child, record, library)
     assert isinstance(node, Everything)
     return True
-
-
-def term_scores(question: str, records: list[dict[str, Any]], visible: list[bool], rows: list[int]) -> list[float]:
-    """term_scores.py's formula, one bit at a time over the visible bits' statistics."""
-    asked = tokens(question)
-    if not asked:
-        return [0.0] * len(rows)
-
-    def holds(record: dict[str, Any], sequence: tuple[str, ...]) -> bool:
-        return any(holds_sequence(tokens(value_of(record, field, "")), sequence) for field in ("text", "title"))
-
-    seen = [record for record, shown in zip(records, visible, strict=True) if shown]
-    weight = {}
-    for word in set(asked):
-        frequency = sum(holds(record, (word,)) for record in seen)
-        weight[word] = math.log10(10 + (len(seen) - frequency + 0.5) / (frequency + 0.5))
-    keys = [((word,), 0.4 * weight[word]) for word in asked]
-    keys += [((a, b), 0.6 * max(weight[a], weight[b])) for a, b in itertools.pairwise(asked)]
-    total = sum(share for _, share in keys)
-    return [sum(share for key, share in keys if holds(records[row], key)) / total for row in rows]

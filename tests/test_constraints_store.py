@@ -8,14 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from constraint_reference import matches
-from constraint_reference import term_scores as reference_term_scores
 from librarian import TEST_MODEL, b64, unit_vectors, write_library
 
 from host.catalog.generations import load_catalog
 from host.catalog.model_index import ModelIndex
 from host.constraints import parse_constraint, parse_metadata_condition
 from host.constraints.text_index import BLOB, LAYOUT
-from host.search.model_text import constraint_mask, model_term_similarity
+from host.search.model_text import constraint_mask
 from host.store.compiled import STORE_FORMAT, load_library
 
 TEXTS = [
@@ -75,16 +74,6 @@ def test_metadata_conditions_over_compiled_libraries(catalog) -> None:
     mask = constraint_mask(parse_metadata_condition(condition), catalog.models[TEST_MODEL])
     # gospels.json sorts first: its bits (descriptions "2", "3") are rows 0-1, then psalms' (Genesis) 2-3
     assert np.flatnonzero(mask).tolist() == [1, 2, 3]
-
-
-def test_term_scores_over_compiled_libraries_are_the_reference_answer(catalog) -> None:
-    index = catalog.models[TEST_MODEL]
-    rows = np.arange(index.bit_count)
-    got = model_term_similarity("the earth and the heaven", index, rows, None)
-    records = [record for record, _ in records_of(catalog)]
-    expected = (reference_term_scores("the earth and the heaven", records[:2], [True] * 2, [0, 1])
-                + reference_term_scores("the earth and the heaven", records[2:], [True] * 2, [0, 1]))
-    np.testing.assert_allclose(got, expected, rtol=1e-12)
 
 
 @pytest.mark.parametrize("damage", [

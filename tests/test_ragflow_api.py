@@ -138,7 +138,16 @@ async def test_chunks_doc_aggs_and_total_describe_one_kept_list(client: httpx.As
     first = data["chunks"][0]
     assert first["content"] == TEXTS[0] and first["document_name"] == first["document_keyword"] == "https://example.com/0"
     assert first["dataset_id"] == STORIES and "access_tag" not in first and "embedding" not in first
-    assert first["similarity"] == pytest.approx(0.3 * first["vector_similarity"] + 0.7 * first["term_similarity"])
+
+    # The host's one engine: hybrid with keyword_weight = 1 - vector_similarity_weight (0.3 by default).
+    bits = (await client.post("/", json={"query": "jonah fish", "query_embedding_model": EMBED.model, "count": 4,
+                                         "count_type": "bit", "keyword_weight": 0.7})).json()["bits"]
+    chunks = (await retrieve(client, similarity_threshold=-1, page_size=4))["data"]["chunks"]
+    assert [chunk["id"] for chunk in chunks] == [bit["id"] for bit in bits]
+    assert [chunk["similarity"] for chunk in chunks] == [bit["score"] for bit in bits]
+    assert [chunk["vector_similarity"] for chunk in chunks] == [bit["similarity"] for bit in bits]
+    assert all(0 <= chunk["term_similarity"] <= 1 for chunk in chunks) and chunks[0]["term_similarity"] == 1
+    assert [chunk["term_similarity"] for chunk in chunks if chunk["content"] == TEXTS[1]] == [0]  # Noah: no word of it
 
 
 async def test_with_no_weight_on_vectors_the_threshold_is_void_as_in_ragflow(client: httpx.AsyncClient) -> None:
@@ -147,6 +156,22 @@ async def test_with_no_weight_on_vectors_the_threshold_is_void_as_in_ragflow(cli
     assert terms_only["data"]["total"] == 4
     assert [chunk["similarity"] for chunk in terms_only["data"]["chunks"]] == \
         [chunk["term_similarity"] for chunk in terms_only["data"]["chunks"]]
+
+
+async def test_with_all_the_weight_on_vectors_chunks_rank_as_post_slashs_vector_mode(client: httpx.AsyncClient) -> None:
+    chunks = (await retrieve(client, vector_similarity_weight=1, similarity_threshold=0))["data"]["chunks"]
+    bits = (await client.post("/", json={"query": "jonah fish", "query_embedding_model": EMBED.model, "count": 4,
+                                         "count_type": "bit", "mode": "vector"})).json()["bits"]
+
+    assert [chunk["id"] for chunk in chunks] == [bit["id"] for bit in bits]
+    assert [chunk["vector_similarity"] for chunk in chunks] == [bit["similarity"] for bit in bits]
+
+
+async def test_a_question_of_stop_words_is_ranked_by_meaning(client: httpx.AsyncClient) -> None:
+    chunks = (await retrieve(client, question="of the and", similarity_threshold=-1))["data"]["chunks"]
+
+    assert len(chunks) == 4 and all(chunk["term_similarity"] == 0 for chunk in chunks)
+    assert [chunk["similarity"] for chunk in chunks] == [chunk["vector_similarity"] for chunk in chunks]
 
 
 async def test_an_empty_question_is_an_empty_success(client: httpx.AsyncClient) -> None:

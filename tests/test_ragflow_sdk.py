@@ -81,19 +81,41 @@ def test_a_token_that_fails_verification_raises_the_hosts_reason(served: Served)
 # ---- retrieve ------------------------------------------------------------------------------------
 
 
-def test_retrieve_puts_jonah_first_and_each_score_is_the_hybrid_of_the_other_two(served: Served) -> None:
+def post_slash(served: Served, question: str, count: int, **arguments: object) -> list[dict]:
+    bits: list[dict] = httpx.post(f"{served.url}/", json={"query": question, "count": count, "count_type": "bit",
+                                                         **arguments}, timeout=30).json()["bits"]
+    return bits
+
+
+def test_retrieve_puts_jonah_first_with_post_slashs_hybrid_scores(served: Served) -> None:
     rag = RAGFlow("", served.url)
     (sample,) = rag.list_datasets()
 
     chunks = rag.retrieve(dataset_ids=[sample.id], question=JONAH)  # the SDK's defaults: w 0.3, threshold 0.2
+    # keyword_weight = 1 - w, and a count of top_k (the candidates, and so the scores' scale, follow it)
+    bits = post_slash(served, JONAH, 1024, keyword_weight=0.7, omit="embedding,text")[:len(chunks)]
 
     assert "Jonah" in chunks[0].document_name and chunks[0].dataset_id == sample.id
     assert chunks[0].document_name.startswith("https://www.biblegateway.com/")
     assert 0 < len(chunks) <= 30
-    for chunk in chunks:
-        assert chunk.similarity == pytest.approx(0.3 * chunk.vector_similarity + 0.7 * chunk.term_similarity, abs=1e-12)
-        assert chunk.similarity >= 0.2
+    assert [chunk.id for chunk in chunks] == [bit["id"] for bit in bits]
+    assert [chunk.similarity for chunk in chunks] == [bit["score"] for bit in bits]
+    assert [chunk.vector_similarity for chunk in chunks] == [bit["similarity"] for bit in bits]
+    assert all(0 <= chunk.term_similarity <= 1 and chunk.similarity >= 0.2 for chunk in chunks)
     assert [c.similarity for c in chunks] == sorted((c.similarity for c in chunks), reverse=True)
+
+
+@pytest.mark.parametrize(("question", "weight", "first"), [
+    ("Methuselah", 0.0, "Genesis%205"),  # the keywords alone: the passages holding the name
+    ("the son of Amittai", 0.3, "Jonah%201"),  # the SDK's default weight
+])
+def test_retrieve_finds_the_passage_holding_a_name(served: Served, question: str, weight: float, first: str) -> None:
+    rag = RAGFlow("", served.url)
+    chunks = rag.retrieve(dataset_ids=[rag.list_datasets()[0].id], question=question, vector_similarity_weight=weight,
+                          page_size=3)
+
+    assert first in chunks[0].document_name, [chunk.document_name for chunk in chunks]
+    assert chunks[0].term_similarity == 1
 
 
 def test_vector_similarity_is_the_similarity_post_slash_reports(served: Served) -> None:
@@ -101,10 +123,10 @@ def test_vector_similarity_is_the_similarity_post_slash_reports(served: Served) 
     chunks = rag.retrieve(dataset_ids=[rag.list_datasets()[0].id], question=JONAH, vector_similarity_weight=1.0,
                           similarity_threshold=0.0, page_size=10)
 
-    answer = httpx.post(f"{served.url}/", json={"query": JONAH, "count": 10, "count_type": "bit"}, timeout=30).json()
+    bits = post_slash(served, JONAH, 10, mode="vector")  # all the weight on the vectors: meaning alone
 
-    assert [c.id for c in chunks] == [bit["id"] for bit in answer["bits"]]
-    assert [c.vector_similarity for c in chunks] == [bit["similarity"] for bit in answer["bits"]]
+    assert [c.id for c in chunks] == [bit["id"] for bit in bits]
+    assert [c.vector_similarity for c in chunks] == [bit["similarity"] for bit in bits]
 
 
 def test_private_chunks_come_only_with_the_token(served: Served) -> None:

@@ -1,4 +1,4 @@
-"""Constraints: filters and term statistics over a per-library text index (SPEC §10, issue 12).
+"""Constraints: filters over a per-library text index (SPEC §10, issue 12).
 
 One query core for every dialect (`POST /`, the page, RAGFlow's retrieval API, the MCP tool, Dify's
 External Knowledge API, OpenAI's vector-store search):
@@ -8,7 +8,6 @@ External Knowledge API, OpenAI's vector-store search):
     node = parse_dify_condition(condition)         # Dify's metadata_condition
     node = parse_attribute_filter(filters)         # OpenAI's vector-store search filters
     mask = evaluate(node, text_index, library_name)    # bool over one library's rows
-    term = term_similarity(question, text_indexes, offsets, rows, visible)   # RAGFlow's term score
 
 The room knows only text indexes, one per library: a model's libraries are read as one in
 host/search/model_text.py. The text index is built by `build_text_index` at compile time
@@ -24,13 +23,11 @@ from host.constraints.evaluation import evaluate, evaluate_libraries
 from host.constraints.metadata_condition import parse_metadata_condition
 from host.constraints.structured import parse_constraint
 from host.constraints.syntax import And, Compare, Everything, Node, Not, Or, Words
-from host.constraints.term_scores import hybrid_similarity, term_similarity
 from host.constraints.text_index import TextIndex, build_text_index, open_text_index, text_index_in_memory
 
 __all__ = [
     "And", "Compare", "ConstraintError", "Everything", "Node", "Not", "Or", "TextIndex", "Words",
-    "build_text_index", "evaluate", "evaluate_libraries", "hybrid_similarity",
+    "build_text_index", "evaluate", "evaluate_libraries",
     "open_text_index", "parse_attribute_filter", "parse_constraint", "parse_dify_condition",
-    "parse_metadata_condition",
-    "term_similarity", "text_index_in_memory",
+    "parse_metadata_condition", "text_index_in_memory",
 ]

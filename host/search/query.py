@@ -10,7 +10,7 @@ else. Three modes:
 - `hybrid`: both, fused (host/search/fusion.py); a text without keywords (only stop words or
   punctuation) is ranked by the vector alone, and the answer says so.
 
-RAGFlow's retrieval asks `run_hybrid_query` (RAGFlow's own term score) instead.
+RAGFlow's retrieval asks for hybrid too, its `vector_similarity_weight` w as `keyword_weight = 1 - w`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from host.search.budget import exact_scores
 from host.search.engine import OVERSAMPLE, PROBES, CountType, Search, Selection, narrowed, rank
 from host.search.errors import NothingLoaded, QueryError
 from host.search.fusion import DEFAULT_KEYWORD_WEIGHT, rank_fused
-from host.search.hybrid import HybridQuery, HybridSelection, rank_hybrid
 from host.search.keywords import rank_keywords, weigh
 from host.search.model_text import constraint_mask
 from host.store.clusters import CLUSTER_FROM
@@ -192,12 +191,7 @@ def _by_similarity(query: Query) -> float | None:
     return max(thresholds) if thresholds else None
 
 
-def run_hybrid_query(index: ModelIndex, query: HybridQuery, grant: Grant) -> HybridSelection:
-    """The bits `grant` may see that best answer `query` by `w·vector + (1-w)·term` (host/search/hybrid.py)."""
-    return rank_hybrid(index, query, index.visible_rows(grant.access_tags), narrowing_mask(index, query))
-
-
-def narrowing_mask(index: ModelIndex, query: Query | HybridQuery) -> np.ndarray | None:
+def narrowing_mask(index: ModelIndex, query: Query) -> np.ndarray | None:
     """The rows `query`'s constraint and library list allow (None: every row). The engine ANDs it
     with the caller's visibility, so it can only narrow what they see."""
     mask = None if query.constraint is None else constraint_mask(query.constraint, index)

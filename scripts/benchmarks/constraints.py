@@ -9,9 +9,8 @@ workdir and reused. Then, with one BLAS thread (the server's default):
   build        build_text_index time and the bytes of text_index.bin next to embeddings.npy
   constraints  per constraint: matching bits, mask time, and rank() with the constraint vs
                without it (p50 of 15 queries, each a perturbed existing bit); target <= 1.5x
-  terms        term similarity of an 8-word question to the top 1,024 candidates (RAGFlow top_k)
-  hybrid       RAGFlow's retrieval core (host.search.query.run_hybrid_query: w·vector + (1-w)·term over every
-               visible bit, the SDK's defaults) next to rank() unfiltered, p50
+  hybrid       RAGFlow's retrieval core (host.search.query.run_query in hybrid mode, keyword_weight 1 - w, with
+               the SDK's defaults: w 0.3, threshold 0.2, top_k 1024) next to rank() unfiltered, p50
 
 The machine is small and shared: compare ratios measured in one run, not absolute times.
 """
@@ -36,9 +35,8 @@ from host.constraints.words import words
 from host.library.embeddings import ADA_002
 from host.library.format import ParsedLibrary
 from host.search.engine import rank
-from host.search.hybrid import HybridQuery
-from host.search.model_text import constraint_mask, model_term_similarity
-from host.search.query import run_hybrid_query
+from host.search.model_text import constraint_mask
+from host.search.query import Query, SearchPolicy, run_query
 from host.store.compiled import STORE_FORMAT, CompiledLibrary, SourceKey, open_compiled, write_compiled
 
 from .config import Config
@@ -210,26 +208,17 @@ def measure_filtered_vs_unfiltered(
     return rows
 
 
-def measure_term_scores(library: CompiledLibrary, *, repeat: int = 15, candidates: int = 1024) -> dict[str, Any]:
-    index = ModelIndex.build((library,))
-    rows = np.sort(np.random.default_rng(3).choice(library.bit_count, size=candidates, replace=False))
-    question = "what did the lord say to moses about the people of israel"
-    scores = model_term_similarity(question, index, rows, None)
-    return {"question": question, "candidates": candidates,
-            "ms": p50_ms(lambda: model_term_similarity(question, index, rows, None), repeat),
-            "mean_score": float(scores.mean()), "max_score": float(scores.max())}
-
-
 def measure_hybrid(library: CompiledLibrary, *, repeat: int = 15, count: int = 1500) -> dict[str, Any]:
     """RAGFlow's retrieval (the SDK's defaults: w 0.3, threshold 0.2, top_k 1024) vs rank(), p50 ms."""
     index = ModelIndex.build((library,))
     rng = np.random.default_rng(5)
     vector = library.embeddings[int(rng.integers(library.bit_count))].astype(np.float32)
     question = "what did the lord say to moses about the people of israel"
-    hybrid = HybridQuery(vector, question, 0.3, 1024, similarity_threshold=0.2)
-    kept = len(run_hybrid_query(index, hybrid, ANONYMOUS).rows)
+    hybrid = Query(vector, 1024, "bit", text=question, mode="hybrid", keyword_weight=0.7, score_threshold=0.2)
+    policy = SearchPolicy()
+    kept = len(run_query(index, hybrid, ANONYMOUS, policy).rows)
     return {"question": question, "kept": kept,
-            "hybrid_ms": p50_ms(lambda: run_hybrid_query(index, hybrid, ANONYMOUS), repeat),
+            "hybrid_ms": p50_ms(lambda: run_query(index, hybrid, ANONYMOUS, policy), repeat),
             "rank_ms": p50_ms(lambda: rank(index, vector, granted=frozenset(), count=count, count_type="token"), repeat)}
 
 
@@ -238,20 +227,20 @@ def measure(config: Config) -> Numbers:
     library, build = compiled_library(config.workdir / "constraints", bits, config.seed)
     with threadpool_limits(1):
         return {"bits": bits, "build": build, "constraints": measure_filtered_vs_unfiltered(library),
-                "terms": measure_term_scores(library), "hybrid": measure_hybrid(library)}
+                "hybrid": measure_hybrid(library)}
 
 
 def report(results: Results, config: Config) -> list[str]:
     numbers = results.get("constraints")
     if not numbers:
         return []
-    build, terms, hybrid = numbers["build"], numbers["terms"], numbers["hybrid"]
+    build, hybrid = numbers["build"], numbers["hybrid"]
     rows = [[row["constraint"], f"{row['matching']:,}", f"{row['mask_ms']:.2f}", f"{row['filtered_ms']:.1f}",
              f"{row['unfiltered_ms']:.1f}", f"{row['ratio']:.2f}x"] for row in numbers["constraints"]]
     note = (f"build_text_index {build['build_text_index_s']:.1f} s; text_index.bin "
             f"{build['text_index_bytes'] / 2**20:.0f} MiB = {build['text_index_bytes'] / build['embeddings_bytes']:.0%} "
-            f"of embeddings.npy. Term similarity of a {len(words(terms['question']))}-word question to "
-            f"{terms['candidates']} candidates: {terms['ms']:.2f} ms. RAGFlow retrieval (hybrid, top_k 1024, w 0.3): "
+            f"of embeddings.npy. RAGFlow retrieval of a {len(words(hybrid['question']))}-word question "
+            "(hybrid, top_k 1024, w 0.3): "
             f"{hybrid['hybrid_ms']:.1f} ms vs rank() unfiltered {hybrid['rank_ms']:.1f} ms. Target: filtered <= 1.5x.")
     return [table(f"Constraint-filtered queries at {numbers['bits']:,} bits (p50, one BLAS thread)",
                   ["constraint", "matching bits", "mask ms", "filtered ms", "unfiltered ms", "ratio"], rows,

@@ -44,9 +44,11 @@ _CHUNK = {"type": "object", "required": ["id", "content", "document_id", "datase
     "document_name": {"type": "string", "description": "the bit's info.url"},
     "document_keyword": {"type": "string", "description": "the bit's info.url"},
     "dataset_id": {"type": "string"},
-    "similarity": {"type": "number", "description": "w·vector_similarity + (1-w)·term_similarity"},
-    "vector_similarity": {"type": "number", "description": "the similarity POST / reports"},
-    "term_similarity": {"type": "number", "minimum": 0, "maximum": 1},
+    "similarity": {"type": "number", "description": "the rank score: hybrid ranking's fused score with keyword_weight "
+                   "1 - w (POST /'s score), 0-1; the cosine when a question of stop words was ranked by meaning"},
+    "vector_similarity": {"type": "number", "description": "the cosine similarity POST / reports"},
+    "term_similarity": {"type": "number", "minimum": 0, "maximum": 1,
+                        "description": "the keyword (BM25) side of the fusion, normalized over the candidates"},
     "highlight": {"type": "string", "description": "with highlight: sentences holding question words, in <em>"},
     "document_metadata": {"type": "object", "description": "with include_metadata: the bit's info fields"},
 }}
@@ -64,11 +66,14 @@ _RETRIEVAL_REQUEST = {"type": "object", "required": ["dataset_ids", "question"],
     "document_ids": {"type": "array", "items": {"type": "string"}, "maxItems": 256},
     "page": {"type": "integer", "minimum": 1, "default": 1},
     "page_size": {"type": "integer", "minimum": 1, "maximum": 100, "default": 30},
-    "similarity_threshold": {"type": "number", "default": 0.2},
-    "vector_similarity_weight": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.3},
+    "similarity_threshold": {"type": "number", "default": 0.2,
+                             "description": "the least similarity (the fused score) a chunk keeps; void when w is 0"},
+    "vector_similarity_weight": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.3,
+                                 "description": "w, the vectors' share: ranked hybrid with keyword_weight 1 - w"},
     "top_k": {"type": "integer", "minimum": 1, "default": 1024},
     "highlight": {"type": "boolean", "default": False},
-    "keyword": {"type": "boolean", "default": False, "description": "accepted; changes nothing"},
+    "keyword": {"type": "boolean", "default": False,
+                "description": "accepted; changes nothing (every question word already counts on the keyword side)"},
     "metadata_condition": {"type": "object", "nullable": True, "description": "RAGFlow's: {logic, conditions: "
                            "[{name, comparison_operator, value}]} over title, url, description, image_url, library, text"},
     "include_metadata": {"type": "boolean", "default": False},
@@ -100,7 +105,8 @@ _JSON_RPC = {"type": "object", "description": "a JSON-RPC 2.0 message of the Mod
 
 PATHS: dict[str, Any] = {
     "/api/v1/retrieval": {"post": {
-        "summary": "RAGFlow's retrieval: chunks ranked by w·vector + (1-w)·term over the datasets' visible bits",
+        "summary": "RAGFlow's retrieval: chunks ranked hybrid (keywords and vectors, keyword_weight 1 - w) "
+                   "over the datasets' visible bits",
         "parameters": [_BEARER],
         "requestBody": {"content": {"application/json": {"schema": _RETRIEVAL_REQUEST}}},
         "responses": {"200": _answer("Chunks, or RAGFlow's error envelope", _RETRIEVAL_DATA),

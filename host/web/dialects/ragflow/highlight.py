@@ -5,8 +5,8 @@ line breaks; in each sentence every word that is a word of the question is wrapp
 `<em>...</em>`; the sentences holding one are joined by `...`. When no sentence holds one, the
 highlight is the content itself. The highlight is HTML (clients render the `<em>`), so the
 text around the marks is escaped (`&`, `<`, `>`): a library's text never becomes markup. Words
-are host/constraints/words.py's (case-folded), the same words the term score counts, found in
-the original text, so the highlight keeps its spelling.
+are host/constraints/words.py's (case-folded), the words the constraints match, found in the
+original text, so the highlight keeps its spelling.
 No expression from the client is ever compiled: only the fixed patterns below run.
 """
 

@@ -5,15 +5,24 @@
      "highlight": false, "metadata_condition": {...}, "keyword": false, "rerank_id": null, ...}
     -> {"code": 0, "data": {"chunks": [...], "doc_aggs": [{"doc_name", "doc_id", "count"}], "total": N}}
 
-The question is embedded with the datasets' model, then `host.search.query.run_hybrid_query` ranks the
-visible bits of the named datasets (narrowed by `document_ids`, else by `metadata_condition`, both
-through the constraint engine) by `w·vector + (1-w)·term`, keeps the best `top_k`, then those
-at or above the threshold (no threshold when w is 0, as RAGFlow). `total` and `doc_aggs` count
-that kept list; `page` and `page_size` cut the chunks out of it. RAGFlow's checks keep its order
-and messages (code 102); other bad arguments are code 101 naming the field. Options that need
-models this host does not have (`rerank_id`, `cross_languages`, `use_kg`, `toc_enhance`) are
-refused when set; `keyword` (an LLM's extra keywords) is accepted and changes nothing, since
-every word of the question already counts.
+RAGFlow ranks by keywords and vectors together, the vectors weighing `vector_similarity_weight`
+(w). So does this door, through the host's one engine: the question is embedded with the
+datasets' model and `host.search.query.run_query` ranks the visible bits of the named datasets
+(narrowed by `document_ids`, else by `metadata_condition`, both through the constraint engine) in
+hybrid mode with `keyword_weight = 1 - w`, keeping the best `top_k` bits whose fused score reaches
+the threshold (no threshold when w is 0, as RAGFlow). A chunk's scores, as RAGFlow names them:
+
+    similarity         the fused rank score (POST /'s `score`), 0-1
+    vector_similarity  the cosine similarity POST / reports
+    term_similarity    the keyword (BM25) side of the fusion, normalized 0-1 over the candidates
+
+(a question of stop words alone is ranked by meaning: its similarity is then the cosine and its
+term_similarity 0). `total` and `doc_aggs` count the kept list; `page` and `page_size` cut the
+chunks out of it. RAGFlow's checks keep its order and messages (code 102); other bad arguments
+are code 101 naming the field. Options that need models this host does not have (`rerank_id`,
+`cross_languages`, `use_kg`, `toc_enhance`) are refused when set; `keyword: true` (in RAGFlow, an
+LLM's extra keywords for the full-text side) is accepted and changes nothing: every word of the
+question already counts on the keyword side.
 """
 
 from __future__ import annotations
@@ -32,8 +41,8 @@ from host.constraints import And, Compare, ConstraintError, Everything, Node, Or
 from host.constraints.words import fold, words
 from host.embedders.errors import EmbedderError
 from host.library.json_text import parse_json
-from host.search.hybrid import HybridQuery, HybridSelection
-from host.search.query import run_hybrid_query
+from host.search.engine import Selection
+from host.search.query import Query, run_query
 from host.web.caller import request_caller
 from host.web.dialects.ragflow.envelope import ARGUMENT_ERROR, DATA_ERROR, RAGFlowError, ragflow_endpoint, success
 from host.web.dialects.ragflow.highlight import highlight
@@ -90,11 +99,12 @@ async def retrieval(request: Request) -> Response:
         raise EmbedderError(f"the embedder of {index.model} gave {vector.shape[-1]} dimensions; "
                             f"its libraries have {index.dimension}")
     weight = options.vector_similarity_weight
-    query = HybridQuery(vector, question, weight, options.top_k,
-                        # RAGFlow: with no weight on the vectors, the threshold does not apply.
-                        similarity_threshold=options.similarity_threshold if weight > 0 else None,
-                        constraint=narrowing, libraries=frozenset(dataset.library.name for dataset in chosen))
-    selection = await run_in_threadpool(run_hybrid_query, index, query, caller.grant)
+    query = Query(vector, options.top_k, "bit", constraint=narrowing,
+                  libraries=frozenset(dataset.library.name for dataset in chosen), text=question, mode="hybrid",
+                  keyword_weight=1 - weight,
+                  # RAGFlow: with no weight on the vectors, the threshold does not apply.
+                  score_threshold=options.similarity_threshold if weight > 0 else None)
+    selection = await run_in_threadpool(run_query, index, query, caller.grant, state.search)
     data = await run_in_threadpool(render, selection, chosen, question, options)
     state.metrics.count("polymath_queries_total", format="ragflow")
     return success(data, headers)
@@ -221,9 +231,13 @@ def document_constraint(chosen: list[Dataset], document_ids: tuple[str, ...]) ->
     return clauses[0] if len(clauses) == 1 else Or(tuple(clauses))
 
 
-def render(selection: HybridSelection, chosen: list[Dataset], question: str, options: Options) -> dict[str, Any]:
+def render(selection: Selection, chosen: list[Dataset], question: str, options: Options) -> dict[str, Any]:
     """The kept rows as RAGFlow's data: this page's chunks, and doc_aggs and total over all of them."""
     index = chosen[0].index
+    assert selection.scores is not None  # the question's vector came along
+    vector_similarity = selection.scores
+    fused = vector_similarity if selection.ranks is None else selection.ranks  # no keyword: by meaning alone
+    term = np.zeros(len(selection.rows)) if selection.keyword_scores is None else selection.keyword_scores
     by_library = {dataset.library.name: dataset for dataset in chosen}
     owners = np.searchsorted(index.offsets, selection.rows, side="right") - 1
     locals_ = selection.rows - index.offsets[owners]
@@ -243,9 +257,9 @@ def render(selection: HybridSelection, chosen: list[Dataset], question: str, opt
             "document_id": dataset.document_id(values[position]), "document_keyword": url, "document_name": url,
             "dataset_id": dataset.id, "image_id": "", "important_keywords": [], "questions": [], "tag_kwd": [],
             "positions": [], "doc_type_kwd": "",
-            "similarity": float(selection.similarity[position]),
-            "vector_similarity": float(selection.vector_similarity[position]),
-            "term_similarity": float(selection.term_similarity[position]),
+            "similarity": float(fused[position]),
+            "vector_similarity": float(vector_similarity[position]),
+            "term_similarity": float(term[position]),
         }
         if options.highlight:
             chunk["highlight"] = highlight(chunk["content"], question_words)
