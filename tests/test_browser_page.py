@@ -72,6 +72,11 @@ def similarities(tab: Tab) -> list[float]:
     return [float(text) for text in tab.page.locator("section.results-ranked .similarity").all_inner_texts()]
 
 
+def scores(tab: Tab) -> list[float]:
+    """The rank scores of a search ranked by keywords or by both (a search by meaning shows none)."""
+    return [float(text) for text in tab.page.locator("section.results-ranked .score").all_inner_texts()]
+
+
 def use_token(tab: Tab, token: str) -> None:
     tab.page.get_by_text("Have an access token?").click()
     tab.page.get_by_role("textbox", name="Access token").fill(token)
@@ -112,7 +117,8 @@ def test_a_visitor_searches_the_sample_in_words_and_follows_more_like_this(tab: 
     found = titles(tab)
     assert found[0].startswith("Jonah "), found
     assert tab.page.locator("section.results-ranked h2").inner_text().startswith("Search results")
-    assert similarities(tab) == sorted(similarities(tab), reverse=True) and len(found) == 10
+    assert scores(tab) == sorted(scores(tab), reverse=True) and len(scores(tab)) == len(found) == 10
+    assert len(similarities(tab)) == 10  # beside each score: ranked by meaning and keywords (the default)
     assert tab.page.get_by_label("Search the libraries").input_value() == JONAH
     tab.screenshot("search")
     second = tab.page.locator("section.results-ranked .bit").nth(1)
@@ -142,6 +148,37 @@ def test_more_results_keeps_what_was_shown_and_jumps_to_the_first_new_bit(tab: T
     assert tab.page.evaluate("window.scrollY") > 0  # the page opened at the first new bit
     assert tab.page.get_by_label("up to").input_value() == "10"
     tab.screenshot("more-results", full_page=False)
+
+
+def test_the_mode_control_ranks_by_keywords_meaning_or_both(tab: Tab, site: Site) -> None:
+    tab.page.goto(f"{site.url}/")
+    mode = tab.page.get_by_label("how a search is ranked")
+    assert mode.input_value() == "hybrid"  # meaning and keywords, unless asked otherwise
+
+    mode.select_option("keyword")
+    search(tab, "Methuselah")
+
+    assert "mode=keyword" in tab.page.url and mode.input_value() == "keyword"
+    found = titles(tab)
+    assert [title[:10] for title in found] == ["Genesis 5:"] * 2  # only the passages holding the name
+    assert len(scores(tab)) == 2 and similarities(tab) == [] and scores(tab) == sorted(scores(tab), reverse=True)
+    tab.screenshot("keyword-search")
+
+    mode.select_option("vector")
+    search(tab, "Methuselah")
+    assert not any(title.startswith("Genesis 5:") for title in titles(tab)[:3])  # meaning blurs a rare name
+    assert scores(tab) == [] and similarities(tab) == sorted(similarities(tab), reverse=True)
+
+    mode.select_option("hybrid")
+    search(tab, "the son of Amittai")
+    assert titles(tab)[0].startswith("Jonah 1:") and "mode=hybrid" in tab.page.url
+    tab.page.locator("section.results-ranked .bit").first.get_by_role("link", name="More like this").click()
+    tab.page.wait_for_url("**/?like=*")
+    assert scores(tab) == [] and similarities(tab)[0] == 1.0  # more like this: by meaning, always
+
+    tab.page.goto(f"{site.url}/?q=of+the&mode=keyword")
+    assert "The query has no keyword (only stop words or punctuation): nothing matches it." in \
+        tab.page.locator("#notices").inner_text()
 
 
 def test_a_budget_in_tokens_takes_bits_while_they_fit(tab: Tab, site: Site) -> None:
@@ -226,7 +263,7 @@ def test_a_token_shows_the_private_bits_it_grants_marked_and_is_sent_only_as_a_b
     assert set(private.locator(".tag").all_inner_texts()) == {"unpublished"}
     assert "Your token (alice@example.com) shows private bits tagged: unpublished." in \
         tab.page.locator("#notices").inner_text()
-    assert similarities(tab) == sorted(similarities(tab), reverse=True)
+    assert scores(tab) == sorted(scores(tab), reverse=True)
     assert tab.page.evaluate(f"sessionStorage.getItem('{TOKEN_KEY}')") == site.token
     asked = [request for request in sent if request.resource_type == "fetch"]
     assert asked and all(request.headers["authorization"] == f"Bearer {site.token}" for request in asked)

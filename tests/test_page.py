@@ -208,7 +208,8 @@ async def test_the_page_data_comes_as_json_to_a_program_that_asks_for_it(client:
     data = await page_json(client, "/?seed=5&count=3")
 
     assert data["budget"] == {"count": 3, "count_type": "bit"}
-    assert data["search_available"] is False and data["search_note"].startswith("Text search is not available")
+    assert data["mode"] == "hybrid"
+    assert data["search_available"] is True and data["search_note"].startswith("No embedder serves this host's")
     [section] = data["sections"]
     assert section["kind"] == "sample" and section["model"] == TEST_MODEL and len(section["bits"]) == 3
     assert all(bit["similarity"] is None and bit["access_tag"] is None for bit in section["bits"])
@@ -274,6 +275,10 @@ PATHS = [
     "/?library=access/team/drafts&seed=2",
     "/?library=access/team/secret-model&seed=2",
     "/?q=anything&seed=4",
+    "/?q=bit+number+word3_4+word100_1&count=6",  # hybrid, by keywords here: a private bit's word counts for nothing
+    "/?q=bit+number+word3_4+word100_1&mode=keyword&count=40&count_type=token",
+    "/?q=number+word100_1&mode=keyword&library=science",
+    "/?q=number&mode=vector&seed=4",
     "/libraries/science/map.svg",
 ]
 
@@ -391,8 +396,10 @@ async def test_a_token_this_host_does_not_know_is_said_to_grant_nothing(client: 
                                       "it is counted in bits.")]),
     ("seed=-1", [("warning", "A sample's seed is a whole number up to 9223372036854775807, not “-1”; "
                              "here is a fresh sample.")]),
-    ("q=hello", [("warning", f"Text search does not reach {TEST_MODEL}: no embedder serves it here. "
-                             "Here is a random sample of it instead.")]),
+    ("q=hello&mode=vector", [("warning", f"Text search by meaning does not reach {TEST_MODEL}: no embedder serves "
+                                         "it here. Here is a random sample of it instead.")]),
+    ("mode=fuzzy", [("warning", "A search is ranked by vector, keyword, hybrid, not “fuzzy”; it is ranked by "
+                                "meaning and keywords (hybrid).")]),
 ])
 async def test_what_the_page_cannot_do_is_said_in_a_notice(
         client: httpx.AsyncClient, query: str, expected: list[tuple[str, str]]) -> None:
@@ -508,13 +515,86 @@ async def test_a_failing_embedder_is_a_notice_and_a_sample_never_a_silent_one(
     service, app = remote
     service.reply(*replies)
     async with connect(app) as client:
-        response = await client.get("/", params={"q": "passage 1"})
+        response = await client.get("/", params={"q": "passage 1", "mode": "vector"})
 
     assert response.status_code == 200
     [(level, text)] = notices(response.text)
     assert level == "error" and text.startswith(f"Searching {REMOTE} failed: ") and says in text
     assert text.endswith("Here is a random sample of it instead.")
     assert "sk-test-secret-key" not in response.text and "A random sample" in response.text
+
+
+async def test_a_failing_embedder_in_a_hybrid_search_leaves_the_keywords_and_says_so(
+        remote: tuple[EmbeddingService, Starlette]) -> None:
+    service, app = remote
+    service.reply(*[Reply(500, {"error": {"message": "overloaded"}})] * 2)
+    async with connect(app) as client:
+        response = await client.get("/", params={"q": "word2_3 number", "count": "3"})
+
+    [(level, text)] = notices(response.text)
+    assert level == "error" and text.startswith(f"Searching {REMOTE} by meaning failed: ") and "overloaded" in text
+    assert text.endswith("It is ranked by keywords alone instead.")
+    assert "Search results" in response.text and shown_ids(response.text)[0] == bit_id_of(make_bit(2, np.zeros(16), 10))
+
+
+def bit_id_of(bit: dict[str, Any]) -> str:
+    return canonical_id(bit["info"]["url"], bit["text"])
+
+
+# ---- how a search is ranked: the mode control ------------------------------------------------------------
+
+
+async def test_the_mode_control_ranks_by_meaning_keywords_or_both(remote: tuple[EmbeddingService, Starlette]) -> None:
+    _, app = remote
+    async with connect(app) as client:
+        hybrid = await page_json(client, "/?q=passage+3&count=4")
+        vector = await page_json(client, "/?q=passage+3&count=4&mode=vector")
+        keyword = await page_json(client, "/?q=word5_2+bit&count=4&mode=keyword")
+        page = (await client.get("/", params={"q": "word5_2 bit", "count": "4", "mode": "keyword"})).text
+
+    assert hybrid["mode"] == "hybrid" and hybrid["sections"][0]["ranked_by"] == "fused"
+    assert all(bit["score"] is not None and bit["similarity"] is not None for bit in hybrid["sections"][0]["bits"])
+    assert vector["sections"][0]["ranked_by"] == "similarity"
+    assert all(bit["score"] is None for bit in vector["sections"][0]["bits"])
+    assert vector["sections"][0]["bits"][0]["title"] == "Bit 3"
+    [section] = keyword["sections"]
+    assert section["ranked_by"] == "keywords" and section["bits"][0]["title"] == "Bit 5"
+    assert all(bit["similarity"] is None and bit["score"] > 0 for bit in section["bits"])
+    assert section["more_href"] == "/?q=word5_2+bit&count=8&count_type=bit&mode=keyword#bit-1-5"
+    assert '<option value="keyword" selected>keywords</option>' in page
+    assert 'class="score" title="keyword score (BM25)' in page and 'class="similarity"' not in page
+
+
+async def test_a_keyword_search_shows_no_more_results_when_every_match_is_shown(
+        remote: tuple[EmbeddingService, Starlette]) -> None:
+    _, app = remote
+    async with connect(app) as client:
+        data = await page_json(client, "/?q=word5_2+word1_1&count=4&mode=keyword")
+        stop_words = await client.get("/", params={"q": "of the", "mode": "keyword"})
+
+    [section] = data["sections"]
+    assert [bit["title"] for bit in section["bits"]] == ["Bit 1", "Bit 5"] or \
+        [bit["title"] for bit in section["bits"]] == ["Bit 5", "Bit 1"]
+    assert section["more_href"] is None
+    assert notices(stop_words.text) == [("info", "The query has no keyword (only stop words or punctuation): "
+                                                 "nothing matches it.")]
+
+
+async def test_without_an_embedder_a_search_is_ranked_by_keywords_and_says_so(client: httpx.AsyncClient) -> None:
+    response = await client.get("/", params={"q": "word3_4", "count": "3"})
+
+    assert notices(response.text) == [("info", f"No embedder serves {TEST_MODEL} here: ranked by keywords alone.")]
+    assert shown_ids(response.text) == [PUBLIC_IDS[3]]
+    assert 'placeholder="Search by keywords"' in response.text
+
+
+async def test_more_like_this_is_by_meaning_whatever_the_mode(client: httpx.AsyncClient) -> None:
+    liked = await page_json(client, f"/?like={PUBLIC_IDS[4]}&mode=keyword&count=3")
+
+    [section] = liked["sections"]
+    assert section["ranked_by"] == "similarity" and section["bits"][0]["id"] == PUBLIC_IDS[4]
+    assert all(bit["score"] is None and bit["similarity"] is not None for bit in section["bits"])
+    assert liked["mode"] == "keyword"  # kept for the next search
 
 
 # ---- the map -----------------------------------------------------------------------------------------------

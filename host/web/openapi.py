@@ -22,11 +22,19 @@ _QUERY_ARGUMENTS = {
         "query_embedding": {"type": "string", "format": "byte",
                             "description": "Base64 of the query vector: little-endian float32 or float64."},
         "query": {"type": "string", "maxLength": 10000,
-                  "description": "The query as text, embedded by the host with the model's embedder "
-                                 "(not together with query_embedding)."},
+                  "description": "The query as text: embedded by the host with the model's embedder, and its "
+                                 "keywords ranked by BM25 (with query_embedding only in mode hybrid or keyword)."},
+        "mode": {"type": "string", "enum": ["hybrid", "vector", "keyword"],
+                 "description": "How to rank: hybrid (meaning and keywords fused; the default for a text query), "
+                                "vector (similarity alone; the default without text), keyword (BM25 alone: only "
+                                "bits holding a keyword). hybrid and keyword need query."},
+        "keyword_weight": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.5,
+                           "description": "mode hybrid only: the keywords' share of the fused score (0: meaning "
+                                          "alone, 1: keywords alone)."},
         "query_embedding_model": {"type": "string", "description": "Defaults to the host's only model."},
         "similarity_threshold": {"type": "number",
-                                 "description": "The list ends at the first bit whose similarity is below it."},
+                                 "description": "Only bits at least this similar (in vector mode the list ends at "
+                                                "the first bit below it)."},
         "constraint": {"description": "A query expression the bits must match (title:, url:, description:, "
                                       "image_url:, library:, text:; AND/OR/NOT; \"phrases\"; prefix*), "
                                       "or its structured JSON form.",
@@ -46,7 +54,11 @@ _BIT = {
         "text": {"type": "string"},
         "embedding": {"type": "string", "format": "byte"},
         "token_count": {"type": "integer", "minimum": 0},
-        "similarity": {"type": "number"},
+        "similarity": {"type": "number", "description": "Cosine similarity to the query vector; absent in a "
+                                                        "keyword query that had none."},
+        "score": {"type": "number", "description": "The rank score when the bits are not ranked by similarity "
+                                                   "(sort manual): BM25 in keyword mode, the fused score (0-1) in "
+                                                   "hybrid mode."},
         "info": {
             "type": "object",
             "required": ["url"],
@@ -62,8 +74,14 @@ _LIBRARY = {
         "version": {"type": "integer"},
         "embedding_model": {"type": "string"},
         "omit": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
-        "sort": {"type": "string"},
-        "details": {"type": "object"},
+        "sort": {"type": "string",
+                 "description": "A query's answer: similarity, or manual when ranked by keywords or fused (keep the "
+                                "bits in the host's order)."},
+        "details": {"type": "object", "properties": {
+            "counts": {"type": "object"}, "message": {"type": "string"},
+            "notes": {"type": "array", "items": {"type": "string"},
+                      "description": "How the answer was made, e.g. that a query of stop words alone was ranked "
+                                     "by meaning."}}},
         "bits": {"type": "array", "items": {"$ref": "#/components/schemas/Bit"}},
     },
 }
@@ -115,7 +133,10 @@ _PAGE_BIT = {"type": "object", "required": ["id", "title", "href", "text", "simi
     "id": {"type": "string"}, "anchor": {"type": "string"}, "title": {"type": "string"},
     "href": {"type": "string", "nullable": True, "description": "The bit's URL when it is http(s); else null."},
     "url": {"type": "string"}, "description": {"type": "string", "nullable": True}, "text": {"type": "string"},
-    "similarity": {"type": "number", "nullable": True, "description": "null in a random sample."},
+    "similarity": {"type": "number", "nullable": True,
+                   "description": "null in a random sample and in a search ranked by keywords alone."},
+    "score": {"type": "number", "nullable": True,
+              "description": "The rank score of a search ranked by keywords (BM25) or by both (0-1); else null."},
     "token_count": {"type": "integer"}, "cut_from": {"type": "integer", "nullable": True},
     "library": {"type": "string"},
     "access_tag": {"type": "string", "nullable": True, "description": "Only on bits the caller's token grants."},
@@ -123,12 +144,14 @@ _PAGE_BIT = {"type": "object", "required": ["id", "title", "href", "text", "simi
 _PAGE = {
     "type": "object",
     "description": "The page's data (host/web/page/data.py): what the HTML page renders.",
-    "required": ["title", "query", "like", "library", "budget", "search_available", "notices", "libraries", "sections"],
+    "required": ["title", "query", "like", "library", "budget", "mode", "search_available", "notices", "libraries",
+                 "sections"],
     "properties": {
         "title": {"type": "string"}, "query": {"type": "string"},
         "like": {"type": "string", "nullable": True}, "library": {"type": "string", "nullable": True},
         "budget": {"type": "object", "properties": {"count": {"type": "integer"},
                                                     "count_type": {"type": "string", "enum": ["token", "bit"]}}},
+        "mode": {"type": "string", "enum": ["hybrid", "vector", "keyword"]},
         "search_available": {"type": "boolean"}, "search_note": {"type": "string", "nullable": True},
         "caller": {"type": "object", "nullable": True, "properties": {
             "subject": {"type": "string"}, "access_tags": {"type": "array", "items": {"type": "string"}}}},
@@ -142,6 +165,8 @@ _PAGE = {
             "heading": {"type": "string"}, "model": {"type": "string"},
             "kind": {"type": "string", "enum": ["ranked", "sample"]},
             "bits": {"type": "array", "items": _PAGE_BIT},
+            "ranked_by": {"type": "string", "nullable": True, "enum": ["similarity", "keywords", "fused", None],
+                          "description": "A ranked section's order: what its bits' score is, or similarity alone."},
             "more_href": {"type": "string", "nullable": True}, "another_href": {"type": "string", "nullable": True},
             "permalink_href": {"type": "string", "nullable": True}}}},
         "map": {"type": "object", "nullable": True, "description": "On a library's page: its 2-D map."},
@@ -149,7 +174,9 @@ _PAGE = {
 }
 _PAGE_PARAMETERS = [
     {"name": "q", "in": "query", "required": False, "schema": {"type": "string"},
-     "description": "Search in words (when an embedder serves the model)."},
+     "description": "Search in words (by keywords alone where no embedder serves the model)."},
+    {"name": "mode", "in": "query", "required": False, "schema": {"type": "string"},
+     "description": "How a search is ranked: hybrid (the default), vector or keyword."},
     {"name": "like", "in": "query", "required": False, "schema": {"type": "string"},
      "description": "A bit id: the bits most like it."},
     {"name": "library", "in": "query", "required": False, "schema": {"type": "string"},
@@ -185,7 +212,7 @@ OPENAPI: dict[str, Any] = {
                 },
             },
             "post": {
-                "summary": "Query: the bits most similar to query_embedding, within a budget",
+                "summary": "Query: the bits that best answer query (or query_embedding), within a budget",
                 "parameters": [{"name": "Authorization", "in": "header", "required": False,
                                 "schema": {"type": "string"}, "description": "Bearer <access token>"}],
                 "requestBody": {"content": {

@@ -10,7 +10,12 @@ grant only:
 - `access_tag` is set only on a bit the caller's grant holds the tag of;
 - `href` is set only for `http:` and `https:` URLs: a `javascript:` or `data:` URL in a
   library file is shown, never linked;
-- nothing falls back silently: every substitution comes with a notice.
+- nothing falls back silently: every substitution comes with a notice, and what the query core
+  says of how it made an answer (its notes) is a notice too.
+
+A text search is ranked in the request's mode, as `POST /` ranks one (hybrid unless asked
+otherwise); a model no embedder serves is searched by keywords alone in hybrid mode (with a
+notice), and shown as a sample in vector mode. "More like this" is by meaning, whatever the mode.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from access import Grant
 from host.catalog.generations import Catalog
 from host.catalog.model_index import ModelIndex
 from host.results.bits import result_bit
-from host.search.query import Query, SearchPolicy, narrowing_mask, run_query
+from host.search.query import Mode, Query, SearchPolicy, narrowing_mask, run_query
 from host.store.compiled import CompiledLibrary
 from host.web.page.maps import LibraryMap, Projection, ProjectionCache, library_map, project_library
 from host.web.page.request import MAX_BITS, Budget, Notice, PageRequest, page_href
@@ -34,8 +39,9 @@ from host.web.page.sampling import sample_rows
 
 SITE_NAME = "Polymath library host"
 MAX_DESCRIPTION_CHARACTERS = 1000
-NO_TEXT_SEARCH = ("Text search is not available here: no embedder serves this host's libraries. "
-                  "Start from a random bit and follow “More like this”.")
+NO_TEXT_SEARCH = ("No embedder serves this host's libraries: a search is ranked by keywords alone (the words "
+                  "it holds, not what it means). “More like this” still follows meaning.")
+RankedBy = Literal["similarity", "keywords", "fused"]
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,8 @@ class BitView:
     url: str
     description: str | None
     text: str
-    similarity: float | None  # None in a random sample: nothing was asked
+    similarity: float | None  # None in a random sample (nothing was asked) and a keyword search (no vector)
+    score: float | None  # the rank score when the section is not ranked by similarity: BM25, or the fused 0-1 score
     token_count: int
     cut_from: int | None  # the bit's own token count when its text was cut to fit the budget
     library: str
@@ -61,6 +68,7 @@ class Section:
     model: str
     kind: Literal["ranked", "sample"]
     bits: tuple[BitView, ...]
+    ranked_by: RankedBy | None = None  # ranked: what `score` is (fused: meaning and keywords), or similarity alone
     more_href: str | None = None  # ranked: the same question with twice the budget
     another_href: str | None = None  # sample: a fresh sample
     permalink_href: str | None = None  # sample: this very sample again (its seed)
@@ -92,8 +100,9 @@ class PageData:
     like: str | None
     library: str | None  # the library page's library, when one is asked for and visible
     budget: Budget
-    search_available: bool
-    search_note: str | None
+    mode: Mode  # how a text search is ranked: hybrid, vector or keyword
+    search_available: bool  # a library to search: keywords need no embedder
+    search_note: str | None  # set when no embedder serves any of them: searches go by keywords alone
     caller: CallerView | None
     notices: tuple[Notice, ...]
     libraries: tuple[LibraryView, ...]
@@ -128,8 +137,11 @@ def visible_library(catalog: Catalog, name: str | None, grant: Grant) -> Compile
 
 
 def models_to_search(catalog: Catalog, request: PageRequest, grant: Grant) -> list[str]:
-    """The models a text query is embedded for: those answering on this page."""
-    return [index.model for index in _scope(catalog, request, grant)] if request.query else []
+    """The models a text query is embedded for: those answering on this page, unless it is ranked by
+    keywords alone."""
+    if not request.query or request.mode == "keyword":
+        return []
+    return [index.model for index in _scope(catalog, request, grant)]
 
 
 def _scope(catalog: Catalog, request: PageRequest, grant: Grant) -> list[ModelIndex]:
@@ -179,8 +191,9 @@ def build_page(inputs: PageInputs) -> PageData:
         like=request.like,
         library=library.name if library is not None else None,
         budget=request.budget,
-        search_available=bool(searchable),
-        search_note=None if searchable else NO_TEXT_SEARCH,
+        mode=request.mode,
+        search_available=bool(models),
+        search_note=None if searchable or not models else NO_TEXT_SEARCH,
         caller=CallerView(grant.subject, tuple(sorted(grant.access_tags))) if grant.subject is not None else None,
         notices=tuple(notices),
         libraries=tuple(_library_view(item, grant, inputs.searchable) for item in catalog.libraries
@@ -230,18 +243,28 @@ class _SectionBuilder:
                                                   "been changed or removed. Here is a random sample instead."))
         sections = []
         for position, index in enumerate(models):
-            if request.query and index.model in self.inputs.vectors:
-                sections.append(self._ranked(index, self.inputs.vectors[index.model], "Search results", position))
-                continue
-            if request.query and index.model in self.inputs.failures:
-                self.notices.append(Notice("error", f"Searching {index.model} failed: "
-                                                    f"{self.inputs.failures[index.model]}. "
-                                                    "Here is a random sample of it instead."))
-            elif request.query:
-                self.notices.append(Notice("warning", f"Text search does not reach {index.model}: no embedder serves "
-                                                      "it here. Here is a random sample of it instead."))
-            sections.append(self._sample(index, position))
+            searched = self._searched(index, position) if request.query else None
+            sections.append(searched if searched is not None else self._sample(index, position))
         return sections
+
+    def _searched(self, index: ModelIndex, position: int) -> Section | None:
+        """The text search of one model in the request's mode; None (a sample instead, said in a
+        notice) when a vector search has no vector."""
+        request = self.request
+        mode, vector = request.mode, self.inputs.vectors.get(index.model)
+        failure = self.inputs.failures.get(index.model)
+        if mode != "keyword" and vector is None:
+            if mode == "vector":
+                self.notices.append(Notice("error", f"Searching {index.model} failed: {failure}. Here is a random "
+                                                    "sample of it instead.") if failure is not None else
+                                    Notice("warning", f"Text search by meaning does not reach {index.model}: no "
+                                                      "embedder serves it here. Here is a random sample of it instead."))
+                return None
+            self.notices.append(Notice("error", f"Searching {index.model} by meaning failed: {failure}. It is ranked "
+                                                "by keywords alone instead.") if failure is not None else
+                                Notice("info", f"No embedder serves {index.model} here: ranked by keywords alone."))
+            mode = "keyword"
+        return self._ranked(index, vector if mode != "keyword" else None, "Search results", position, mode)
 
     def _visible_row(self, index: ModelIndex, bit_id: str) -> int | None:
         mask = index.visible_rows(self.inputs.grant.access_tags)
@@ -255,21 +278,36 @@ class _SectionBuilder:
         vector = np.asarray(index.gather(np.array([row]))[0], dtype=np.float32)
         return self._ranked(index, vector, f"More like “{title[:120]}”", position)
 
-    def _ranked(self, index: ModelIndex, vector: np.ndarray, heading: str, position: int) -> Section:
+    def _ranked(self, index: ModelIndex, vector: np.ndarray | None, heading: str, position: int,
+                mode: Mode = "vector") -> Section:
         budget = self.request.budget
-        query = Query(vector, budget.count, budget.count_type, libraries=self.only)
+        text = self.request.query if mode != "vector" else None
+        query = Query(vector, budget.count, budget.count_type, libraries=self.only, text=text, mode=mode)
         selection = run_query(index, query, self.inputs.grant, self.inputs.policy)
-        rows, scores = selection.rows, selection.scores
-        assert scores is not None  # ranked by a vector
+        self.notices.extend(Notice("info", _sentence(note)) for note in selection.notes)
+        rows = selection.rows
         if len(rows) > MAX_BITS:
             self.notices.append(Notice("info", f"The page shows the first {MAX_BITS} of the {len(rows):,} bits "
                                                "that fit this budget."))
-            rows, scores = rows[:MAX_BITS], scores[:MAX_BITS]
-        bits = self._bit_views(index, rows, scores.tolist(), selection.first_bit_cut_to, position)
+            rows = rows[:MAX_BITS]
+        similarities = [None] * len(rows) if selection.scores is None else selection.scores[:len(rows)].tolist()
+        ranks = [None] * len(rows) if selection.ranks is None else selection.ranks[:len(rows)].tolist()
+        bits = self._bit_views(index, rows, similarities, selection.first_bit_cut_to, position, ranks)
         more = None
-        if len(rows) < self._visible_count(index) and not budget.at_cap:
+        if self._more_to_show(index, query, len(rows)) and not budget.at_cap:
             more = page_href(self.request, budget=budget.doubled()) + f"#{_anchor(position, len(rows))}"
-        return Section(heading, index.model, "ranked", bits, more_href=more)
+        ranked_by: RankedBy = "similarity" if selection.ranks is None else ("keywords" if mode == "keyword" else "fused")
+        return Section(heading, index.model, "ranked", bits, ranked_by=ranked_by, more_href=more)
+
+    def _more_to_show(self, index: ModelIndex, query: Query, shown: int) -> bool:
+        """Whether a larger budget would show more: every visible bit is in a ranking by meaning, only
+        those holding a keyword in one by keywords (asked for one bit more to know)."""
+        if shown >= self._visible_count(index):
+            return False
+        if query.mode != "keyword":
+            return True
+        one_more = replace(query, count=shown + 1, count_type="bit")
+        return len(run_query(index, one_more, self.inputs.grant, self.inputs.policy).rows) > shown
 
     def _sample(self, index: ModelIndex, position: int) -> Section:
         budget = self.request.budget
@@ -291,13 +329,13 @@ class _SectionBuilder:
         mask = self._visible_mask(index)
         return index.bit_count if mask is None else int(np.count_nonzero(mask))
 
-    def _bit_views(self, index: ModelIndex, rows: np.ndarray, scores: list[float | None], cut_to: int | None,
-                   section: int) -> tuple[BitView, ...]:
+    def _bit_views(self, index: ModelIndex, rows: np.ndarray, similarities: list[float | None], cut_to: int | None,
+                   section: int, ranks: list[float | None] | None = None) -> tuple[BitView, ...]:
         views = []
-        for place, (row, score) in enumerate(zip(rows.tolist(), scores)):
+        for place, (row, similarity, rank) in enumerate(zip(rows.tolist(), similarities, ranks or [None] * len(rows))):
             library, local = index.locate(row)
             cut = cut_to if place == 0 else None
-            bit = result_bit(library, local, similarity=score, cut_to_tokens=cut)
+            bit = result_bit(library, local, similarity=similarity, score=rank, cut_to_tokens=cut)
             tag = index.tags[int(index.tag_ids[row])] or None
             views.append(self._bit_view(bit, library.name, tag, int(library.token_counts[local]) if cut else None,
                                         _anchor(section, place)))
@@ -316,6 +354,7 @@ class _SectionBuilder:
             description=description if isinstance(description, str) and description.strip() else None,
             text=bit["text"],
             similarity=float(bit["similarity"]) if bit.get("similarity") is not None else None,
+            score=float(bit["score"]) if bit.get("score") is not None else None,
             token_count=bit["token_count"],
             cut_from=cut_from,
             library=library,
@@ -341,6 +380,11 @@ def build_library_map(catalog: Catalog, library: CompiledLibrary, grant: Grant, 
     base = replace(request, query="", seed=None, library=library.name)
     return library_map(projection, library.name, library_map_href(library.name),
                        lambda bit_id: page_href(base, like=bit_id))
+
+
+def _sentence(note: str) -> str:
+    """A note of the query core ("the query has no keyword ...") as a sentence for a person."""
+    return note[:1].upper() + note[1:] + ("" if note.endswith(".") else ".")
 
 
 def _anchor(section: int, place: int) -> str:

@@ -14,6 +14,7 @@ from typing import Literal
 from urllib.parse import urlencode
 
 from host.search.engine import CountType
+from host.search.query import MODES, Mode
 
 MAX_QUERY_CHARACTERS = 10_000  # as POST / (host.web.query_args)
 MAX_BITS = 100  # a page longer than this is not read; POST / serves larger budgets
@@ -47,6 +48,8 @@ class Budget:
 
 
 DEFAULT_BUDGET = Budget(10, "bit")
+DEFAULT_MODE: Mode = "hybrid"  # as POST / ranks a text query
+MODE_WORDS: dict[Mode, str] = {"hybrid": "meaning and keywords", "vector": "meaning", "keyword": "keywords"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class PageRequest:
     library: str | None = None  # a library name, as in /libraries
     budget: Budget = DEFAULT_BUDGET
     seed: int | None = None  # the random sample's seed: the same seed, the same sample
+    mode: Mode = DEFAULT_MODE  # how a text query is ranked ("more like this" is by meaning, always)
     notices: tuple[Notice, ...] = field(default=(), compare=False)
 
 
@@ -75,7 +79,19 @@ def parse_page_request(params: Mapping[str, str]) -> PageRequest:
         like = None
     library = params.get("library", "").strip() or None
     return PageRequest(query=query, like=None if query else like, library=library,
-                       budget=_budget(params, notices), seed=_seed(params, notices), notices=tuple(notices))
+                       budget=_budget(params, notices), seed=_seed(params, notices), mode=_mode(params, notices),
+                       notices=tuple(notices))
+
+
+def _mode(params: Mapping[str, str], notices: list[Notice]) -> Mode:
+    given = params.get("mode", "").strip()
+    for mode in MODES:
+        if given == mode:
+            return mode
+    if given:
+        notices.append(Notice("warning", f"A search is ranked by {', '.join(MODES)}, not “{_shown(given)}”; "
+                                         f"it is ranked by {MODE_WORDS[DEFAULT_MODE]} ({DEFAULT_MODE})."))
+    return DEFAULT_MODE
 
 
 def _budget(params: Mapping[str, str], notices: list[Notice]) -> Budget:
@@ -139,4 +155,6 @@ def page_href(request: PageRequest | None = None, **changes: object) -> str:
         params += [("count", str(wanted.budget.count)), ("count_type", wanted.budget.count_type)]
     if wanted.seed is not None:
         params.append(("seed", str(wanted.seed)))
+    if wanted.mode != DEFAULT_MODE:
+        params.append(("mode", wanted.mode))
     return "/?" + urlencode(params) if params else "/"
