@@ -10,6 +10,8 @@ from CONFIG (read again at each request, so a test can change it while the serve
 - "charset": "utf-8": HTML is answered as `text/html; charset=utf-8` (http.server names no charset).
 - "gate": {"path": "/page.html", "file": "/tmp/open"}: a request for that path is answered only
   once that file exists: a test holds a crawl at a known page, deterministically.
+- "failing": {"/page.html": N}: the first N requests for that path are answered 503 (with
+  `Retry-After: 0`), the later ones as usual; -1: always.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Any
 
 class SiteHandler(SimpleHTTPRequestHandler):
     config_path: Path
+    failures: dict[str, int] = {}  # noqa: RUF012 - the server's count of 503s by path, shared by its threads
 
     def config(self) -> dict[str, Any]:
         return dict(json.loads(self.config_path.read_text()))
@@ -37,6 +40,14 @@ class SiteHandler(SimpleHTTPRequestHandler):
         if gate and path == gate["path"]:
             while not Path(gate["file"]).exists():
                 time.sleep(0.02)
+        failing = config.get("failing", {}).get(path, 0)
+        if failing and (failing < 0 or self.failures.get(path, 0) < failing):
+            self.failures[path] = self.failures.get(path, 0) + 1
+            self.send_response(503)
+            self.send_header("Retry-After", "0")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if path in config.get("redirects", {}):
             self.send_response(301)
             self.send_header("Location", config["redirects"][path])

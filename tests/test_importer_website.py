@@ -47,7 +47,7 @@ from host.service.harness import free_port
 
 pytest_plugins = ["embedder_fixtures"]
 PROJECT = Path(__file__).resolve().parents[1]
-QUICK = CrawlSettings(delay=0.0)  # the tests' sites are on this machine: no pause between requests
+QUICK = CrawlSettings(delay=0.0, backoff=0.01)  # the tests' sites are on this machine: no pause between requests
 
 
 @pytest.fixture
@@ -216,6 +216,26 @@ def test_a_gzipped_sitemap_given_as_the_source_lists_the_pages(tmp_path):
         assert site.requested("/robots.txt") == [404]  # no robots.txt: everything allowed
     assert pages_of(tmp_path / "site.json") == [origin + "/b.html", origin + "/a.html"]
     assert report.crawls[0].sitemap == origin + "/sitemap.xml.gz"
+
+
+def test_a_page_answered_503_is_asked_again_and_one_that_keeps_failing_is_named_the_rest_imported(tmp_path):
+    port = free_port()
+    folder = tmp_path / "site"
+    folder.mkdir()
+    (folder / "index.html").write_text(page("Home", FACTS["/"], '<a href="busy.html">B</a> <a href="down.html">D</a>'))
+    (folder / "busy.html").write_text(page("Busy", FACTS["/about.html"]))
+    (folder / "down.html").write_text(page("Down", PRIVATE_FACT))
+    with serving(folder, port=port, config={"failing": {"/busy.html": 2, "/down.html": -1}}) as site:
+        lines: list[str] = []
+        out = tmp_path / "site.json"
+        report = run(site.url + "/", out, lines=lines)
+        assert site.requested("/busy.html") == [503, 503, 200] and site.requested("/down.html") == [503] * 3
+        assert report.failed == [f"{site.url}/down.html: the server answered 503"]
+        assert f"error: {site.url}/down.html: the server answered 503" in lines
+        assert pages_of(out) == [site.url + "/", site.url + "/busy.html"]
+
+        again = run(site.url + "/", out)  # a failure is not kept as an answer: the next run asks again
+        assert again.failed == report.failed and site.requested("/down.html") == [503] * 6
 
 
 def test_the_command_imports_a_site_and_says_what_it_skipped(harbour, tmp_path, capsys):
