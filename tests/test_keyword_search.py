@@ -218,3 +218,27 @@ def test_restricted_bits_are_counted_by_keywords_as_if_every_tag_were_granted(mi
     selection = run_query(mixed, Query(None, 10, "bit", text="Jonah", mode="keyword"), ANONYMOUS, POLICY,
                           count_restricted=True)
     assert selection.restricted == 1
+
+
+# ---- a library's language -------------------------------------------------------------------------------
+
+
+def test_a_library_says_its_language_and_its_keywords_are_analyzed_in_it(tmp_path: Path) -> None:
+    french = {**library(["Les poissons nageaient dans la mer.", "Le prophète parlait."], 4), "language": "french"}
+    plain = {**library(["The fishes swam", "running"], 5), "language": "none"}
+    write_library(tmp_path / "french.json", french)
+    write_library(tmp_path / "plain.json", plain)
+    (index,) = load_catalog(tmp_path).models.values()
+    texts = texts_and_titles(index)[0]
+
+    assert [texts[row] for row in ask(index, "poisson").rows.tolist()] == ["Les poissons nageaient dans la mer."]
+    assert [texts[row] for row in ask(index, "fishes").rows.tolist()] == ["The fishes swam"]
+    assert ask(index, "fish").rows.tolist() == []  # `none` keeps words as they are: no stems
+
+
+def test_an_unknown_language_is_one_problem_naming_it(tmp_path: Path) -> None:
+    from host.library.format import library_problems
+
+    problems = library_problems({**library(["text"], 6), "language": "klingon"})
+    assert len(problems) == 1 and problems[0].startswith("language: expected one of none, arabic")
+    assert problems[0].endswith("got 'klingon'")

@@ -61,7 +61,7 @@ def weigh(index: ModelIndex, text: str, granted: frozenset[str]) -> Weighted:
     visible_length = sum(int(keywords.tag_lengths[tags].sum()) for keywords, tags in zip(libraries, allowed))
     said: Counter[str] = Counter()
     for language in dict.fromkeys(keywords.language for keywords in libraries):
-        said.update(analyzer(language).terms(text))
+        said |= Counter(analyzer(language).terms(text))  # a term two languages agree on is said once
     numbers = {term: tuple(keywords.find(term) for keywords in libraries) for term in said}
     frequency = {term: sum(keywords.rows_holding(number, tags) for keywords, tags, number
                            in zip(libraries, allowed, numbers[term]) if number is not None) for term in said}
