@@ -1,11 +1,13 @@
 /* Keyword postings (host/keywords/postings.py, host/keywords/top.py): built in two counting passes
  * over a library's words, and searched for the best rows without scoring every posting.
  *
- * Building: the text index has numbered every word of each field (term_ids, the rows' words back to
- * back in the order they were fed; `lengths` words a row); `map` gives each word number its term
- * (-1: a stop word). `count` walks the rows in stored order and counts, for each term, the rows
- * holding it (and of which tag), and each row's terms; `place` walks them again and writes each
- * term's rows, ascending, with how often the row holds it (saturating at 65535).
+ * Building: the text index holds, for each word of the text and title fields, its positions in
+ * stored row order (host/constraints/word_index.py). A term is one or more words (those its stem
+ * joins, in either field): its postings are those words' position lists merged, run-length counted
+ * by row. `count` merges every term's lists once to count the rows holding it (and of which tag) and
+ * each row's terms; `place` merges them again to write each term's rows, ascending, with how often
+ * the row holds it (saturating at 65535), and the bound of each block of postings. Both passes read
+ * the positions in order: no random access but a row's length and tag.
  *
  * Searching (`top`): block-max MaxScore over the query's terms (Turtle and Flood's MaxScore, with
  * the per-block bounds of Ding and Suel's block-max indexes). A posting's score is
@@ -54,240 +56,313 @@ static Py_ssize_t items(const Buffer *buffer) { return buffer->view.itemsize ? b
 
 /* ---- building ------------------------------------------------------------------------------- */
 
+/* One field's word index (host/constraints/word_index.py): each word's positions, `row << shift |
+ * place`, ascending within the word. */
 typedef struct {
-    const int32_t *words;   /* word numbers, rows back to back in the order fed */
-    const int32_t *map;     /* word number -> term, -1 for a stop word */
-    int64_t *starts;        /* where each fed row's words start (rows + 1) */
-    Py_ssize_t vocabulary;  /* entries of map */
+    const void *positions;
+    int wide; /* int64 positions, else int32 */
+    const int64_t *offsets; /* words + 1 */
+    int shift;
+    Py_ssize_t words, count;
 } Field;
 
-enum { FIELDS = 2 };
-
 typedef struct {
-    Field fields[FIELDS];
-    const int64_t *order; /* stored row -> fed row, or NULL */
-    const uint16_t *tags; /* each stored row's tag */
-    Py_ssize_t rows, terms, tag_count;
+    Field fields[2];
+    int field_count;
+    const int64_t *term_words;   /* terms + 1: where each term's words start in the two arrays below */
+    const uint8_t *word_fields;  /* the field of each of a term's words */
+    const int64_t *word_numbers; /* its number in that field */
+    const uint16_t *tags;        /* each row's tag */
+    Py_ssize_t terms, rows, tag_count, most_words;
 } Build;
 
-/* Checks the shared arguments of count and place: (words, lengths, map) twice, order, tags, tag_count,
- * terms. Fills `build`; on failure sets an exception and returns -1. `buffers` holds 8. */
-static int read_build(PyObject *const *objects, Py_ssize_t tag_count, Py_ssize_t terms, Buffer *buffers, Build *build) {
-    static const char *const names[] = {"words", "lengths", "map", "words", "lengths", "map", "order", "tags"};
-    static const Py_ssize_t sizes[] = {4, 8, 4, 4, 8, 4, 8, 2};
-    for (int i = 0; i < 8; i++)
-        if (take(objects[i], &buffers[i], sizes[i], 0, i == 6, names[i]) != 0)
-            return -1;
+static inline int64_t position(const Field *field, int64_t at) {
+    return field->wide ? ((const int64_t *)field->positions)[at] : ((const int32_t *)field->positions)[at];
+}
+
+typedef struct {
+    const Field *field;
+    int64_t at, end;
+} Cursor;
+
+static inline int64_t cursor_row(const Cursor *cursor) {
+    return cursor->at < cursor->end ? position(cursor->field, cursor->at) >> cursor->field->shift : INT64_MAX;
+}
+
+/* Points `cursors` at the positions of term t's words; returns how many. */
+static Py_ssize_t open_term(const Build *build, Py_ssize_t term, Cursor *cursors) {
+    Py_ssize_t count = 0;
+    for (int64_t at = build->term_words[term]; at < build->term_words[term + 1]; at++) {
+        const Field *field = &build->fields[build->word_fields[at]];
+        int64_t word = build->word_numbers[at];
+        cursors[count].field = field;
+        cursors[count].at = field->offsets[word];
+        cursors[count].end = field->offsets[word + 1];
+        count++;
+    }
+    return count;
+}
+
+/* The next row of the merged lists and how many positions it has there (0: none left). */
+static inline int64_t next_row(Cursor *cursors, Py_ssize_t count, int64_t *frequency) {
+    int64_t row = INT64_MAX;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t at = cursor_row(&cursors[i]);
+        if (at < row)
+            row = at;
+    }
+    *frequency = 0;
+    if (row == INT64_MAX)
+        return row;
+    for (Py_ssize_t i = 0; i < count; i++)
+        while (cursor_row(&cursors[i]) == row) {
+            cursors[i].at++;
+            (*frequency)++;
+        }
+    return row;
+}
+
+/* Reads (fields, term_words, word_fields, word_numbers, tags) into `build`, checking every bound
+ * the passes rely on; -1 with an exception set when something does not fit. `buffers` holds 10. */
+static int read_build(PyObject *fields, PyObject *const *objects, Py_ssize_t tag_count, Buffer *buffers, Build *build) {
     memset(build, 0, sizeof(*build));
-    build->rows = items(&buffers[7]);
-    build->terms = terms;
-    build->tag_count = tag_count;
-    build->tags = buffers[7].view.buf;
-    build->order = buffers[6].held ? buffers[6].view.buf : NULL;
-    if (terms < 0 || tag_count < 1 || tag_count > 65536 || (build->order && items(&buffers[6]) != build->rows)) {
-        PyErr_SetString(PyExc_ValueError, "postings: terms, tags or order do not fit the rows");
+    if (!PyList_Check(fields) || PyList_GET_SIZE(fields) < 1 || PyList_GET_SIZE(fields) > 2) {
+        PyErr_SetString(PyExc_TypeError, "fields: a list of one or two (positions, offsets, shift)");
         return -1;
     }
-    for (Py_ssize_t row = 0; row < build->rows; row++)
-        if (build->tags[row] >= tag_count || (build->order && (build->order[row] < 0 || build->order[row] >= build->rows))) {
-            PyErr_SetString(PyExc_ValueError, "postings: a tag or an order entry is out of range");
+    build->field_count = (int)PyList_GET_SIZE(fields);
+    for (int f = 0; f < build->field_count; f++) {
+        PyObject *positions, *offsets;
+        int shift;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(fields, f), "OOi:a field", &positions, &offsets, &shift))
             return -1;
-        }
-    for (int f = 0; f < FIELDS; f++) {
+        if (PyObject_GetBuffer(positions, &buffers[2 * f].view, PyBUF_C_CONTIGUOUS) != 0)
+            return -1;
+        buffers[2 * f].held = 1;
+        if (take(offsets, &buffers[2 * f + 1], 8, 0, 0, "offsets") != 0)
+            return -1;
         Field *field = &build->fields[f];
-        const Buffer *words = &buffers[3 * f], *lengths = &buffers[3 * f + 1], *map = &buffers[3 * f + 2];
-        field->words = words->view.buf;
-        field->map = map->view.buf;
-        field->vocabulary = items(map);
-        if (items(lengths) != build->rows) {
-            PyErr_SetString(PyExc_ValueError, "postings: a field's lengths do not have a row each");
+        Py_ssize_t itemsize = buffers[2 * f].view.itemsize;
+        if ((itemsize != 4 && itemsize != 8) || shift < 0 || shift > 62) {
+            PyErr_SetString(PyExc_TypeError, "positions: int32 or int64, and a shift of 0-62");
             return -1;
         }
-        for (Py_ssize_t word = 0; word < field->vocabulary; word++)
-            if (field->map[word] < -1 || field->map[word] >= terms) {
-                PyErr_SetString(PyExc_ValueError, "postings: a word's term is out of range");
-                return -1;
-            }
-        field->starts = PyMem_Malloc((size_t)(build->rows + 1) * sizeof(int64_t));
-        if (!field->starts) {
-            PyErr_NoMemory();
+        field->positions = buffers[2 * f].view.buf;
+        field->wide = itemsize == 8;
+        field->offsets = buffers[2 * f + 1].view.buf;
+        field->shift = shift;
+        field->count = buffers[2 * f].view.len / itemsize;
+        field->words = items(&buffers[2 * f + 1]) - 1;
+        if (field->words < 0 || field->offsets[0] != 0 || field->offsets[field->words] != field->count) {
+            PyErr_SetString(PyExc_ValueError, "positions: the offsets do not cover them");
             return -1;
         }
-        const int64_t *length = lengths->view.buf;
-        Py_ssize_t total = items(words);
-        field->starts[0] = 0;
-        for (Py_ssize_t row = 0; row < build->rows; row++) {
-            if (length[row] < 0 || length[row] > total - field->starts[row]) {
-                PyErr_SetString(PyExc_ValueError, "postings: the lengths do not add up to the words");
-                return -1;
-            }
-            field->starts[row + 1] = field->starts[row] + length[row];
-        }
-        for (Py_ssize_t word = 0; word < field->starts[build->rows]; word++)
-            if (field->words[word] < 0 || field->words[word] >= field->vocabulary) {
-                PyErr_SetString(PyExc_ValueError, "postings: a word number is out of range");
+        for (Py_ssize_t word = 0; word < field->words; word++)
+            if (field->offsets[word + 1] < field->offsets[word]) {
+                PyErr_SetString(PyExc_ValueError, "positions: the offsets must not decrease");
                 return -1;
             }
     }
+    static const Py_ssize_t sizes[] = {8, 1, 8, 2};
+    static const char *const names[] = {"term_words", "word_fields", "word_numbers", "tags"};
+    for (int i = 0; i < 4; i++)
+        if (take(objects[i], &buffers[4 + i], sizes[i], 0, 0, names[i]) != 0)
+            return -1;
+    build->term_words = buffers[4].view.buf;
+    build->word_fields = buffers[5].view.buf;
+    build->word_numbers = buffers[6].view.buf;
+    build->tags = buffers[7].view.buf;
+    build->terms = items(&buffers[4]) - 1;
+    build->rows = items(&buffers[7]);
+    build->tag_count = tag_count;
+    Py_ssize_t pairs = items(&buffers[5]);
+    if (build->terms < 0 || items(&buffers[6]) != pairs || build->term_words[0] != 0 ||
+        build->term_words[build->terms] != pairs || tag_count < 1 || tag_count > 65536 || build->rows > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "postings: the terms' words, tags or rows do not fit together");
+        return -1;
+    }
+    for (Py_ssize_t term = 0; term < build->terms; term++) {
+        Py_ssize_t words = build->term_words[term + 1] - build->term_words[term];
+        if (words < 0) {
+            PyErr_SetString(PyExc_ValueError, "postings: term_words must not decrease");
+            return -1;
+        }
+        if (words > build->most_words)
+            build->most_words = words;
+    }
+    for (Py_ssize_t pair = 0; pair < pairs; pair++)
+        if (build->word_fields[pair] >= build->field_count || build->word_numbers[pair] < 0 ||
+            build->word_numbers[pair] >= build->fields[build->word_fields[pair]].words) {
+            PyErr_SetString(PyExc_ValueError, "postings: a term's word is out of range");
+            return -1;
+        }
+    for (Py_ssize_t row = 0; row < build->rows; row++)
+        if (build->tags[row] >= tag_count) {
+            PyErr_SetString(PyExc_ValueError, "postings: a tag is out of range");
+            return -1;
+        }
     return 0;
 }
 
-static void free_build(Build *build) {
-    for (int f = 0; f < FIELDS; f++) {
-        PyMem_Free(build->fields[f].starts);
-        build->fields[f].starts = NULL;
-    }
-}
-
 PyDoc_STRVAR(count_doc,
-"count(words, lengths, map, title_words, title_lengths, title_map, order, tags, tag_count, rows_of_term,\n"
-"      tag_rows_of_term, row_lengths)\n\n"
-"First pass: for each term, the rows holding it (rows_of_term, int64) and those of each tag\n"
-"(tag_rows_of_term, int32, terms x tag_count); each stored row's number of terms (row_lengths, int32).\n"
-"words: int32 word numbers; lengths: int64 words a fed row; map: int32 term of each word number (-1:\n"
-"none); order: int64 stored row -> fed row, or None; tags: uint16 tag of each stored row.");
+"count(fields, term_words, word_fields, word_numbers, tags, tag_count, rows_of_term, tag_rows_of_term,\n"
+"      row_lengths)\n\n"
+"First pass over a library's word positions: for each term, the rows holding it (rows_of_term,\n"
+"int64) and those of each tag (tag_rows_of_term, int32, terms x tag_count); each row's number of\n"
+"terms (row_lengths, int32). fields: [(positions int32|int64, offsets int64, shift)] of the text and\n"
+"title word indexes; a term's words are word_numbers[term_words[t]:term_words[t + 1]] (int64) of the\n"
+"fields word_fields (uint8); tags: uint16, each row's tag.");
 
 static PyObject *count(PyObject *module, PyObject *args) {
-    PyObject *objects[8], *outputs[3];
+    PyObject *fields, *objects[4], *outputs[3];
     Py_ssize_t tag_count;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOnOOO:count", &objects[0], &objects[1], &objects[2], &objects[3], &objects[4],
-                          &objects[5], &objects[6], &objects[7], &tag_count, &outputs[0], &outputs[1], &outputs[2]))
+    if (!PyArg_ParseTuple(args, "OOOOOnOOO:count", &fields, &objects[0], &objects[1], &objects[2], &objects[3],
+                          &tag_count, &outputs[0], &outputs[1], &outputs[2]))
         return NULL;
     Buffer buffers[11] = {0};
-    Build build = {0};
-    int32_t *last = NULL;
+    Build build;
+    Cursor *cursors = NULL;
     PyObject *result = NULL;
-    if (take(outputs[0], &buffers[8], 8, 1, 0, "rows_of_term") != 0)
+    if (read_build(fields, objects, tag_count, buffers, &build) != 0)
         goto done;
-    if (read_build(objects, tag_count, items(&buffers[8]), buffers, &build) != 0)
+    if (take(outputs[0], &buffers[8], 8, 1, 0, "rows_of_term") != 0 ||
+        take(outputs[1], &buffers[9], 4, 1, 0, "tag_rows_of_term") != 0 ||
+        take(outputs[2], &buffers[10], 4, 1, 0, "row_lengths") != 0)
         goto done;
-    if (take(outputs[1], &buffers[9], 4, 1, 0, "tag_rows_of_term") != 0 || take(outputs[2], &buffers[10], 4, 1, 0, "row_lengths") != 0)
-        goto done;
-    if (items(&buffers[9]) != build.terms * tag_count || items(&buffers[10]) != build.rows) {
+    if (items(&buffers[8]) != build.terms || items(&buffers[9]) != build.terms * tag_count ||
+        items(&buffers[10]) != build.rows) {
         PyErr_SetString(PyExc_ValueError, "count: the outputs do not fit");
         goto done;
     }
     int64_t *rows_of_term = buffers[8].view.buf;
-    int32_t *tag_rows = buffers[9].view.buf, *row_lengths = buffers[10].view.buf;
-    last = PyMem_Malloc((size_t)(build.terms + 1) * sizeof(int32_t));
-    if (!last) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    memset(rows_of_term, 0, (size_t)build.terms * sizeof(int64_t));
-    memset(tag_rows, 0, (size_t)(build.terms * tag_count) * sizeof(int32_t));
-    memset(last, 0xff, (size_t)(build.terms + 1) * sizeof(int32_t));
-    for (Py_ssize_t stored = 0; stored < build.rows; stored++) {
-        Py_ssize_t fed = build.order ? build.order[stored] : stored;
-        int64_t length = 0;
-        for (int f = 0; f < FIELDS; f++) {
-            const Field *field = &build.fields[f];
-            for (int64_t at = field->starts[fed]; at < field->starts[fed + 1]; at++) {
-                int32_t term = field->map[field->words[at]];
-                if (term < 0)
-                    continue;
-                length++;
-                if (last[term] != (int32_t)stored) {
-                    last[term] = (int32_t)stored;
-                    rows_of_term[term]++;
-                    tag_rows[(Py_ssize_t)term * tag_count + build.tags[stored]]++;
-                }
-            }
-        }
-        row_lengths[stored] = length > INT32_MAX ? INT32_MAX : (int32_t)length;
-    }
-    Py_END_ALLOW_THREADS
-    result = Py_NewRef(Py_None);
-done:
-    PyMem_Free(last);
-    free_build(&build);
-    release(buffers, 11);
-    return result;
-}
-
-PyDoc_STRVAR(place_doc,
-"place(words, lengths, map, title_words, title_lengths, title_map, order, tags, tag_count, term_offsets,\n"
-"      rows, frequencies)\n\n"
-"Second pass: each term's rows, ascending, at rows[term_offsets[t]:term_offsets[t + 1]] (int32), and\n"
-"how often each holds it (frequencies, uint16, saturating at 65535). term_offsets (int64, terms + 1)\n"
-"comes from count's rows_of_term.");
-
-static PyObject *place(PyObject *module, PyObject *args) {
-    PyObject *objects[8], *outputs[3];
-    Py_ssize_t tag_count;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOnOOO:place", &objects[0], &objects[1], &objects[2], &objects[3], &objects[4],
-                          &objects[5], &objects[6], &objects[7], &tag_count, &outputs[0], &outputs[1], &outputs[2]))
-        return NULL;
-    Buffer buffers[11] = {0};
-    Build build = {0};
-    int64_t *next = NULL;
-    PyObject *result = NULL;
-    if (take(outputs[0], &buffers[8], 8, 0, 0, "term_offsets") != 0)
-        goto done;
-    if (items(&buffers[8]) < 1) {
-        PyErr_SetString(PyExc_ValueError, "place: term_offsets is empty");
-        goto done;
-    }
-    if (read_build(objects, tag_count, items(&buffers[8]) - 1, buffers, &build) != 0)
-        goto done;
-    if (take(outputs[1], &buffers[9], 4, 1, 0, "rows") != 0 || take(outputs[2], &buffers[10], 2, 1, 0, "frequencies") != 0)
-        goto done;
-    const int64_t *offsets = buffers[8].view.buf;
-    Py_ssize_t postings = items(&buffers[9]);
-    if (items(&buffers[10]) != postings || offsets[0] != 0 || offsets[build.terms] != postings || build.rows > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "place: the outputs do not fit the offsets");
-        goto done;
-    }
-    for (Py_ssize_t term = 0; term < build.terms; term++)
-        if (offsets[term + 1] < offsets[term]) {
-            PyErr_SetString(PyExc_ValueError, "place: term_offsets must not decrease");
-            goto done;
-        }
-    int32_t *rows = buffers[9].view.buf;
-    uint16_t *frequencies = buffers[10].view.buf;
-    next = PyMem_Malloc((size_t)(build.terms + 1) * sizeof(int64_t));
-    if (!next) {
+    int32_t *tag_rows = buffers[9].view.buf, *lengths = buffers[10].view.buf;
+    cursors = PyMem_Malloc((size_t)(build.most_words + 1) * sizeof(Cursor));
+    if (!cursors) {
         PyErr_NoMemory();
         goto done;
     }
     int fits = 1;
     Py_BEGIN_ALLOW_THREADS
-    memcpy(next, offsets, (size_t)build.terms * sizeof(int64_t));
-    for (Py_ssize_t stored = 0; fits && stored < build.rows; stored++) {
-        Py_ssize_t fed = build.order ? build.order[stored] : stored;
-        for (int f = 0; f < FIELDS; f++) {
-            const Field *field = &build.fields[f];
-            for (int64_t at = field->starts[fed]; at < field->starts[fed + 1]; at++) {
-                int32_t term = field->map[field->words[at]];
-                if (term < 0)
-                    continue;
-                int64_t slot = next[term] - 1;
-                if (slot >= offsets[term] && rows[slot] == (int32_t)stored) {
-                    if (frequencies[slot] < UINT16_MAX)
-                        frequencies[slot]++;
-                } else if (next[term] < offsets[term + 1]) {
-                    rows[next[term]] = (int32_t)stored;
-                    frequencies[next[term]] = 1;
-                    next[term]++;
-                } else {
-                    fits = 0; /* more rows than counted: an order naming a row twice */
-                }
+    memset(tag_rows, 0, (size_t)(build.terms * tag_count) * sizeof(int32_t));
+    memset(lengths, 0, (size_t)build.rows * sizeof(int32_t));
+    for (Py_ssize_t term = 0; fits && term < build.terms; term++) {
+        Py_ssize_t open = open_term(&build, term, cursors);
+        int64_t held = 0, frequency, row;
+        int32_t *tag_row = tag_rows + term * tag_count;
+        while ((row = next_row(cursors, open, &frequency)) != INT64_MAX) {
+            if (row < 0 || row >= build.rows) {
+                fits = 0;
+                break;
             }
+            held++;
+            tag_row[tag_count == 1 ? 0 : build.tags[row]]++;
+            int64_t length = (int64_t)lengths[row] + frequency;
+            lengths[row] = length > INT32_MAX ? INT32_MAX : (int32_t)length;
         }
+        rows_of_term[term] = held;
     }
-    for (Py_ssize_t term = 0; fits && term < build.terms; term++)
-        fits = next[term] == offsets[term + 1];
     Py_END_ALLOW_THREADS
     if (!fits) {
-        PyErr_SetString(PyExc_ValueError, "place: the rows do not match count's (order must name each row once)");
+        PyErr_SetString(PyExc_ValueError, "count: a position names a row past the library's");
         goto done;
     }
     result = Py_NewRef(Py_None);
 done:
-    PyMem_Free(next);
-    free_build(&build);
+    PyMem_Free(cursors);
     release(buffers, 11);
+    return result;
+}
+
+PyDoc_STRVAR(place_doc,
+"place(fields, term_words, word_fields, word_numbers, tags, tag_count, row_lengths, k1, b, average,\n"
+"      block, term_offsets, rows, frequencies, block_offsets, block_last, block_bound)\n\n"
+"Second pass: each term's rows, ascending, at rows[term_offsets[t]:term_offsets[t + 1]] (int32), how\n"
+"often each holds the term (frequencies, uint16, saturating), and for each block of `block` postings\n"
+"its last row (int32) and the highest f / (f + k1 (1 - b + b length / average)) in it, rounded up to\n"
+"float32 (block_bound). Arguments as count's, and its outputs.");
+
+static PyObject *place(PyObject *module, PyObject *args) {
+    PyObject *fields, *objects[4], *outputs[7];
+    Py_ssize_t tag_count, block;
+    double k1, b, average;
+    if (!PyArg_ParseTuple(args, "OOOOOnOdddnOOOOOO:place", &fields, &objects[0], &objects[1], &objects[2],
+                          &objects[3], &tag_count, &outputs[0], &k1, &b, &average, &block, &outputs[1], &outputs[2],
+                          &outputs[3], &outputs[4], &outputs[5], &outputs[6]))
+        return NULL;
+    Buffer buffers[15] = {0};
+    Build build;
+    Cursor *cursors = NULL;
+    PyObject *result = NULL;
+    if (read_build(fields, objects, tag_count, buffers, &build) != 0)
+        goto done;
+    static const Py_ssize_t sizes[] = {4, 8, 4, 2, 8, 4, 4};
+    static const int writable[] = {0, 0, 1, 1, 0, 1, 1};
+    static const char *const names[] = {"row_lengths", "term_offsets", "rows", "frequencies", "block_offsets",
+                                        "block_last", "block_bound"};
+    for (int i = 0; i < 7; i++)
+        if (take(outputs[i], &buffers[8 + i], sizes[i], writable[i], 0, names[i]) != 0)
+            goto done;
+    const int32_t *lengths = buffers[8].view.buf;
+    const int64_t *offsets = buffers[9].view.buf, *block_offsets = buffers[12].view.buf;
+    int32_t *rows = buffers[10].view.buf, *block_last = buffers[13].view.buf;
+    uint16_t *frequencies = buffers[11].view.buf;
+    float *block_bound = buffers[14].view.buf;
+    Py_ssize_t postings = items(&buffers[10]), blocks = items(&buffers[13]);
+    int fits = items(&buffers[8]) == build.rows && items(&buffers[9]) == build.terms + 1 &&
+               items(&buffers[12]) == build.terms + 1 && items(&buffers[11]) == postings &&
+               items(&buffers[14]) == blocks && block >= 1 && average > 0 && offsets[0] == 0 && block_offsets[0] == 0;
+    for (Py_ssize_t term = 0; fits && term < build.terms; term++) {
+        int64_t count = offsets[term + 1] - offsets[term];
+        fits = count >= 0 && offsets[term + 1] <= postings && block_offsets[term + 1] <= blocks &&
+               block_offsets[term + 1] - block_offsets[term] == (count + block - 1) / block;
+    }
+    if (!fits) {
+        PyErr_SetString(PyExc_ValueError, "place: the outputs do not fit count's figures");
+        goto done;
+    }
+    cursors = PyMem_Malloc((size_t)(build.most_words + 1) * sizeof(Cursor));
+    if (!cursors) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t term = 0; fits && term < build.terms; term++) {
+        Py_ssize_t open = open_term(&build, term, cursors);
+        int64_t at = offsets[term], frequency, row;
+        while ((row = next_row(cursors, open, &frequency)) != INT64_MAX) {
+            if (at >= offsets[term + 1] || row < 0 || row >= build.rows) {
+                fits = 0;
+                break;
+            }
+            rows[at] = (int32_t)row;
+            frequencies[at] = frequency > UINT16_MAX ? UINT16_MAX : (uint16_t)frequency;
+            at++;
+        }
+        fits = fits && at == offsets[term + 1];
+        for (int64_t first = offsets[term], number = block_offsets[term]; fits && first < offsets[term + 1];
+             first += block, number++) {
+            int64_t last = first + block < offsets[term + 1] ? first + block : offsets[term + 1];
+            double most = 0.0;
+            for (int64_t posting = first; posting < last; posting++) {
+                double f = (double)frequencies[posting];
+                double saturation = f / (f + k1 * (1.0 - b + b * (double)lengths[rows[posting]] / average));
+                if (saturation > most)
+                    most = saturation;
+            }
+            float rounded = (float)most;
+            block_bound[number] = (double)rounded < most ? nextafterf(rounded, INFINITY) : rounded;
+            block_last[number] = rows[last - 1];
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (!fits) {
+        PyErr_SetString(PyExc_ValueError, "place: the positions do not match count's");
+        goto done;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyMem_Free(cursors);
+    release(buffers, 15);
     return result;
 }
 

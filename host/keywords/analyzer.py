@@ -60,10 +60,13 @@ class Analyzer:
 
     def vocabulary_terms(self, vocabulary: Sequence[str]) -> list[str | None]:
         """The term of each distinct word of an index (None for a stop word): each word is stemmed
-        once, however often the library says it."""
-        kept = [word for word in vocabulary if self.kept(word)]
-        stemmed = iter(self.stems(kept))
-        return [next(stemmed) if self.kept(word) else None for word in vocabulary]
+        once, however often the library says it. A word of digits is its own term (no stemmer
+        changes one): a library of a million numbered bits stems none of its million numbers."""
+        terms: list[str | None] = [word if word.isdigit() else None for word in vocabulary]
+        wordy = [at for at, word in enumerate(vocabulary) if terms[at] is None and self.kept(word)]
+        for at, term in zip(wordy, self.stems([vocabulary[at] for at in wordy])):
+            terms[at] = term
+        return terms
 
 
 @functools.cache

@@ -1,10 +1,10 @@
 """A library's keyword postings: which rows hold each term, how often, and bounds to skip by.
 
-Built at compile time from the words the text index has already numbered (the `text` and `title`
-fields: BM25 scores a bit's text and title as one field), so no text is split twice. Each
-distinct word is analyzed once (host/keywords/analyzer.py) into its term or nothing (a stop word);
-then two counting passes over the rows, in stored order (in C where built, `_postings.c`, else
-numpy), give:
+Built at compile time from the text index's word indexes of the `text` and `title` fields (BM25
+scores a bit's text and title as one field): no text is split twice. Each distinct word is
+analyzed once (host/keywords/analyzer.py) into its term or nothing (a stop word); a term's postings
+are then the position lists of its words merged by row (in C where built, `_postings.c`: two
+passes that read the positions in order; else numpy), giving:
 
     keywords.terms, keywords.term_bytes    the sorted terms (UTF-8, concatenated; SortedStrings)
     keywords.term_offsets                  (terms + 1,) int64: where each term's postings start
@@ -28,11 +28,14 @@ which bounds the block at A' too: a larger average only shortens every norm by a
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from host.constraints.sorted_strings import SortedStrings
+from host.constraints.word_index import WordIndex
 from host.keywords.analyzer import analyzer
 
 try:
@@ -48,12 +51,12 @@ __all__ = [
     "K1",
     "PREFIX",
     "B",
-    "FieldWords",
+    "TermPlan",
     "array_names",
     "build_postings",
     "compiled",
     "library_average",
-    "numbered_fields",
+    "plan_terms",
     "saturation",
 ]
 PREFIX = "keywords."
@@ -61,6 +64,7 @@ BLOCK = 128  # postings a block: the unit a search skips
 MOST_FREQUENCY = np.iinfo(np.uint16).max
 K1 = 1.2  # BM25's term frequency saturation and length normalisation (Lucene's and bm25s's defaults)
 B = 0.75
+NUMPY_POSITIONS = 1 << 24  # positions keyed at a time by the numpy build (8 bytes each)
 ARRAYS = ("terms", "term_bytes", "term_offsets", "rows", "frequencies", "lengths", "tag_rows_of_term", "tag_rows",
           "tag_lengths", "block_offsets", "block_last", "block_bound")
 
@@ -71,95 +75,144 @@ def array_names() -> list[str]:
 
 
 @dataclass(frozen=True)
-class FieldWords:
-    """One field's words as the text index numbered them: each fed row's word numbers back to back."""
+class TermPlan:
+    """A library's terms (sorted) and the words each is made of, from its fields' vocabularies alone:
+    what can be known before the rows' stored order is (a compile plans it while the layout runs)."""
 
-    vocabulary: Sequence[bytes]  # the field's distinct words, sorted; a word number indexes it
-    words: np.ndarray  # int32 (or int64) word numbers, rows in the order fed
-    lengths: np.ndarray  # int64, words of each fed row
+    terms: list[str]
+    term_words: np.ndarray  # (terms + 1,) int64: where each term's words start below
+    word_fields: np.ndarray  # uint8: the field of each of a term's words
+    word_numbers: np.ndarray  # int64: its number in that field's vocabulary
 
 
-def build_postings(fields: Sequence[FieldWords], order: np.ndarray | None, tag_ids: np.ndarray, tag_count: int,
-                   language: str) -> dict[str, np.ndarray]:
-    """The postings arrays (see the module docstring), by name with PREFIX. `order`: stored row ->
-    fed row (None: the same); `tag_ids`: each stored row's tag, below `tag_count`."""
-    rows = len(tag_ids)
+def plan_terms(vocabularies: Sequence[SortedStrings], language: str) -> TermPlan:
+    """Each distinct word of the fields analyzed once into its term; the terms sorted (code point
+    order, which is UTF-8's byte order) and numbered; each term's words grouped."""
     words_of = analyzer(language)
-    term_of_word = [words_of.vocabulary_terms([word.decode("utf-8", "surrogatepass") for word in field.vocabulary])
-                    for field in fields]
-    terms = sorted({term for terms in term_of_word for term in terms if term is not None},
-                   key=lambda term: term.encode("utf-8", "surrogatepass"))
+    term_of_word = [words_of.vocabulary_terms(vocabulary_strings(vocabulary)) for vocabulary in vocabularies]
+    terms = sorted({term for terms in term_of_word for term in terms if term is not None})
     number = {term: position for position, term in enumerate(terms)}
-    maps = [np.array([-1 if term is None else number[term] for term in field_terms], dtype=np.int32)
-            for field_terms in term_of_word]
+    # Each term's words, as (field, word) pairs grouped by term.
+    pair_terms, pair_fields, pair_words = [], [], []
+    for position, field_terms in enumerate(term_of_word):
+        numbered = np.array([-1 if term is None else number[term] for term in field_terms], dtype=np.int64)
+        held = np.flatnonzero(numbered >= 0)
+        pair_terms.append(numbered[held])
+        pair_words.append(held.astype(np.int64))
+        pair_fields.append(np.full(len(held), position, dtype=np.uint8))
+    by_term = np.argsort(np.concatenate(pair_terms), kind="stable")
+    word_fields, word_numbers = np.concatenate(pair_fields)[by_term], np.concatenate(pair_words)[by_term]
+    term_words = np.zeros(len(terms) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(np.concatenate(pair_terms), minlength=len(terms)), out=term_words[1:])
+    return TermPlan(terms, term_words, word_fields, word_numbers)
+
+
+def build_postings(fields: Sequence[WordIndex], plan: TermPlan, tag_ids: np.ndarray, tag_count: int) -> dict[str, np.ndarray]:
+    """The postings arrays (see the module docstring), by name with PREFIX, of the rows whose text and
+    title word indexes are `fields` (rows as stored), their words' terms planned by `plan_terms`;
+    `tag_ids`: each row's tag, below `tag_count`."""
+    rows, terms = len(tag_ids), plan.terms
     tag_ids = np.ascontiguousarray(tag_ids, dtype=np.uint16)
-    if compiled is not None and len(fields) == 2 and all(field.words.dtype == np.int32 for field in fields):
-        arrays = _counted_in_c(fields, maps, order, tag_ids, tag_count, len(terms))
+    grouping = (plan.term_words, plan.word_fields, plan.word_numbers)
+    if compiled is not None:
+        arrays = _merged_in_c(fields, grouping, tag_ids, tag_count, len(terms))
     else:
-        arrays = _counted_in_numpy(fields, maps, order, tag_ids, tag_count, len(terms), rows)
+        arrays = _merged_in_numpy(fields, grouping, tag_ids, tag_count, len(terms), rows)
     encoded = [term.encode("utf-8", "surrogatepass") for term in terms]
     term_bytes = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum([len(term) for term in encoded], out=term_bytes[1:])
     arrays["terms"] = np.frombuffer(b"".join(encoded), dtype=np.uint8)
     arrays["term_bytes"] = term_bytes
-    arrays["tag_rows"] = np.bincount(tag_ids, minlength=tag_count).astype(np.int64)
-    arrays["tag_lengths"] = np.bincount(tag_ids, weights=arrays["lengths"], minlength=tag_count).astype(np.int64)
-    average = library_average(arrays["tag_rows"], arrays["tag_lengths"])
-    arrays.update(_blocks(arrays["term_offsets"], arrays["rows"], arrays["frequencies"], arrays["lengths"], average))
     return {PREFIX + name: arrays[name] for name in ARRAYS}
 
 
-def _counted_in_c(fields: Sequence[FieldWords], maps: list[np.ndarray], order: np.ndarray | None, tag_ids: np.ndarray,
-                  tag_count: int, terms: int) -> dict[str, np.ndarray]:
+def vocabulary_strings(vocabulary: SortedStrings) -> list[str]:
+    """A word index's vocabulary as str, decoded at once when it is ASCII (most are)."""
+    data, offsets = np.asarray(vocabulary.data), np.asarray(vocabulary.offsets)
+    if not len(data) or int(data.max()) < 0x80:
+        joined = data.tobytes().decode("ascii")
+        bounds = offsets.tolist()
+        return [joined[start:stop] for start, stop in itertools.pairwise(bounds)]
+    return [word.decode("utf-8", "surrogatepass") for word in vocabulary]
+
+
+def _merged_in_c(fields: Sequence[WordIndex], grouping: tuple[np.ndarray, np.ndarray, np.ndarray], tag_ids: np.ndarray,
+                 tag_count: int, terms: int) -> dict[str, np.ndarray]:
     assert compiled is not None
     rows = len(tag_ids)
-    (text, title), (text_map, title_map) = fields, maps
-    text_lengths, title_lengths = (np.ascontiguousarray(field.lengths, dtype=np.int64) for field in fields)
-    ordering = None if order is None else np.ascontiguousarray(order, dtype=np.int64)
+    lists = [(field.positions, np.ascontiguousarray(field.term_offsets, dtype=np.int64), field.shift) for field in fields]
     rows_of_term = np.empty(terms, dtype=np.int64)
     tag_rows = np.empty((terms, tag_count), dtype=np.int32)
     lengths = np.empty(rows, dtype=np.int32)
-    compiled.count(text.words, text_lengths, text_map, title.words, title_lengths, title_map, ordering, tag_ids,
-                   tag_count, rows_of_term, tag_rows, lengths)
-    term_offsets = np.zeros(terms + 1, dtype=np.int64)
+    compiled.count(lists, *grouping, tag_ids, tag_count, rows_of_term, tag_rows, lengths)
+    arrays = _sized(rows_of_term, lengths, tag_ids, tag_count)
+    compiled.place(lists, *grouping, tag_ids, tag_count, lengths, K1, B, library_average(arrays["tag_rows"],
+                   arrays["tag_lengths"]), BLOCK, arrays["term_offsets"], arrays["rows"], arrays["frequencies"],
+                   arrays["block_offsets"], arrays["block_last"], arrays["block_bound"])
+    arrays["tag_rows_of_term"] = tag_rows
+    return arrays
+
+
+def _sized(rows_of_term: np.ndarray, lengths: np.ndarray, tag_ids: np.ndarray, tag_count: int) -> dict[str, np.ndarray]:
+    """The arrays whose sizes the first pass decides, the per-tag sums filled, the postings and blocks empty."""
+    term_offsets = np.zeros(len(rows_of_term) + 1, dtype=np.int64)
     np.cumsum(rows_of_term, out=term_offsets[1:])
-    posting_rows = np.empty(int(term_offsets[-1]), dtype=np.int32)
-    frequencies = np.empty(len(posting_rows), dtype=np.uint16)
-    compiled.place(text.words, text_lengths, text_map, title.words, title_lengths, title_map, ordering, tag_ids,
-                   tag_count, term_offsets, posting_rows, frequencies)
-    return {"term_offsets": term_offsets, "rows": posting_rows, "frequencies": frequencies, "lengths": lengths,
-            "tag_rows_of_term": tag_rows}
+    block_offsets = np.zeros(len(rows_of_term) + 1, dtype=np.int64)
+    np.cumsum((rows_of_term + BLOCK - 1) // BLOCK, out=block_offsets[1:])
+    postings, blocks = int(term_offsets[-1]), int(block_offsets[-1])
+    return {
+        "term_offsets": term_offsets, "lengths": lengths, "block_offsets": block_offsets,
+        "rows": np.empty(postings, dtype=np.int32), "frequencies": np.empty(postings, dtype=np.uint16),
+        "block_last": np.empty(blocks, dtype=np.int32), "block_bound": np.empty(blocks, dtype=np.float32),
+        "tag_rows": np.bincount(tag_ids, minlength=tag_count).astype(np.int64),
+        "tag_lengths": np.bincount(tag_ids, weights=lengths, minlength=tag_count).astype(np.int64),
+    }
 
 
-def _counted_in_numpy(fields: Sequence[FieldWords], maps: list[np.ndarray], order: np.ndarray | None,
-                      tag_ids: np.ndarray, tag_count: int, terms: int, rows: int) -> dict[str, np.ndarray]:
-    """The same arrays as `_counted_in_c`: every (term, stored row) of both fields, sorted and counted."""
-    stored_of_fed = np.arange(rows, dtype=np.int64)
-    if order is not None:
-        stored_of_fed[np.asarray(order, dtype=np.int64)] = np.arange(rows, dtype=np.int64)
-    keys = []
-    for field, mapping in zip(fields, maps):
-        term = mapping[field.words] if len(mapping) else np.zeros(0, dtype=np.int32)
-        row = np.repeat(stored_of_fed, np.asarray(field.lengths, dtype=np.int64))
-        kept = term >= 0
-        keys.append(term[kept].astype(np.int64) * max(rows, 1) + row[kept])
-    joined = np.sort(np.concatenate(keys)) if keys else np.zeros(0, dtype=np.int64)
-    lengths = np.bincount(joined % max(rows, 1), minlength=rows).astype(np.int32) if rows else np.zeros(0, np.int32)
-    distinct, counts = np.unique(joined, return_counts=True)
-    posting_terms, posting_rows = distinct // max(rows, 1), distinct % max(rows, 1)
-    term_offsets = np.zeros(terms + 1, dtype=np.int64)
-    np.cumsum(np.bincount(posting_terms, minlength=terms), out=term_offsets[1:])
-    tag_rows = np.bincount(posting_terms * tag_count + tag_ids[posting_rows].astype(np.int64),
-                           minlength=terms * tag_count).astype(np.int32).reshape(terms, tag_count)
-    return {"term_offsets": term_offsets, "rows": posting_rows.astype(np.int32),
-            "frequencies": np.minimum(counts, MOST_FREQUENCY).astype(np.uint16), "lengths": lengths,
-            "tag_rows_of_term": tag_rows}
+def _merged_in_numpy(fields: Sequence[WordIndex], grouping: tuple[np.ndarray, np.ndarray, np.ndarray],
+                     tag_ids: np.ndarray, tag_count: int, terms: int, rows: int) -> dict[str, np.ndarray]:
+    """The same arrays as `_merged_in_c`: each term's (row, frequency) from its words' positions, a
+    range of terms at a time (keys of 8 bytes: at most NUMPY_POSITIONS positions at once)."""
+    term_words, word_fields, word_numbers = grouping
+    width = max(rows, 1)
+    found_terms, found_rows, found_counts = [], [], []
+    first = 0
+    while first < terms:
+        last, held = first, 0
+        while last < terms and (last == first or held < NUMPY_POSITIONS):
+            for pair in range(int(term_words[last]), int(term_words[last + 1])):
+                field = fields[word_fields[pair]]
+                held += field.occurrences(int(word_numbers[pair]), int(word_numbers[pair]) + 1)
+            last += 1
+        keys = []
+        for term in range(first, last):
+            for pair in range(int(term_words[term]), int(term_words[term + 1])):
+                field = fields[word_fields[pair]]
+                word = int(word_numbers[pair])
+                keys.append(term * width + (field.positions_of(word, word + 1).astype(np.int64) >> field.shift))
+        distinct, counts = np.unique(np.concatenate(keys) if keys else np.zeros(0, np.int64), return_counts=True)
+        found_terms.append(distinct // width)
+        found_rows.append(distinct % width)
+        found_counts.append(counts)
+        first = last
+    posting_terms = np.concatenate(found_terms) if found_terms else np.zeros(0, np.int64)
+    posting_rows = np.concatenate(found_rows) if found_rows else np.zeros(0, np.int64)
+    counts = np.concatenate(found_counts) if found_counts else np.zeros(0, np.int64)
+    lengths = np.minimum(np.bincount(posting_rows, weights=counts, minlength=rows), np.iinfo(np.int32).max)
+    arrays = _sized(np.bincount(posting_terms, minlength=terms), lengths.astype(np.int32), tag_ids, tag_count)
+    arrays["rows"][:] = posting_rows
+    arrays["frequencies"][:] = np.minimum(counts, MOST_FREQUENCY)
+    arrays["tag_rows_of_term"] = np.bincount(posting_terms * tag_count + tag_ids[posting_rows].astype(np.int64),
+                                             minlength=terms * tag_count).astype(np.int32).reshape(terms, tag_count)
+    average = library_average(arrays["tag_rows"], arrays["tag_lengths"])
+    _fill_blocks(arrays, average)
+    return arrays
 
 
 def library_average(tag_rows: np.ndarray, tag_lengths: np.ndarray) -> float:
     """A library's average row length over every tag: what its block bounds were taken at."""
-    rows = int(tag_rows.sum())
-    return float(int(tag_lengths.sum()) / rows) if rows else 1.0
+    rows, length = int(tag_rows.sum()), int(tag_lengths.sum())
+    return length / rows if rows and length else 1.0
 
 
 def saturation(frequencies: np.ndarray, lengths: np.ndarray, average: float) -> np.ndarray:
@@ -168,28 +221,19 @@ def saturation(frequencies: np.ndarray, lengths: np.ndarray, average: float) -> 
     return frequency / (frequency + K1 * (1.0 - B + B * lengths.astype(np.float64) / average))
 
 
-def _blocks(term_offsets: np.ndarray, rows: np.ndarray, frequencies: np.ndarray, lengths: np.ndarray,
-            average: float) -> dict[str, np.ndarray]:
-    """Each term's postings cut into blocks of BLOCK (the last one shorter), and each block's bound."""
-    counts = np.diff(term_offsets)
-    blocks_of_term = (counts + BLOCK - 1) // BLOCK
-    block_offsets = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(blocks_of_term, out=block_offsets[1:])
-    # Where each block starts among the postings: its term's start plus BLOCK times its place.
-    owner = np.repeat(np.arange(len(counts)), blocks_of_term)
-    place = np.arange(int(block_offsets[-1]), dtype=np.int64) - block_offsets[owner]
-    starts = term_offsets[owner] + place * BLOCK
-    ends = np.minimum(starts + BLOCK, term_offsets[owner + 1])
+def _fill_blocks(arrays: dict[str, np.ndarray], average: float) -> None:
+    """Each block's last row and bound (the C `place` computes the same)."""
+    term_offsets, block_offsets = arrays["term_offsets"], arrays["block_offsets"]
+    counts = np.diff(block_offsets)
+    owner = np.repeat(np.arange(len(counts)), counts)
+    starts = term_offsets[owner] + (np.arange(int(block_offsets[-1]), dtype=np.int64) - block_offsets[owner]) * BLOCK
     if not len(starts):
-        return {"block_offsets": block_offsets, "block_last": np.zeros(0, np.int32), "block_bound": np.zeros(0, np.float32)}
-    most = np.maximum.reduceat(saturation(frequencies, lengths[rows], average), starts)
+        return
+    ends = np.minimum(starts + BLOCK, term_offsets[owner + 1])
+    rows = arrays["rows"]
+    most = np.maximum.reduceat(saturation(arrays["frequencies"], arrays["lengths"][rows], average), starts)
     bound = most.astype(np.float32)
     rounded_down = bound.astype(np.float64) < most
     bound[rounded_down] = np.nextafter(bound[rounded_down], np.float32(np.inf))
-    return {"block_offsets": block_offsets, "block_last": rows[ends - 1].astype(np.int32), "block_bound": bound}
-
-
-def numbered_fields(text: tuple[Sequence[bytes], np.ndarray, np.ndarray],
-                    title: tuple[Sequence[bytes], np.ndarray, np.ndarray]) -> list[FieldWords]:
-    """The two fields BM25 reads, from their word indexes' `numbered()` (host/constraints/word_index.py)."""
-    return [FieldWords(*text), FieldWords(*title)]
+    arrays["block_bound"][:] = bound
+    arrays["block_last"][:] = rows[ends - 1]

@@ -12,10 +12,10 @@ costs ~0.2 s to start), or if the child cannot start or fails, the parent builds
 the files are the same either way (the same builder, fed the same records in the same order).
 
 The child's protocol, on its standard input: lines `upto BYTES ROWS` (records.bin holds at least
-BYTES bytes: its first ROWS records, whole), `whole` (no more records: what does not depend on
-the rows' order is done then, and the child answers `ready`), then `finish LANGUAGE` (rows kept in
-file order) or `finish LANGUAGE FILE` (a .npy in the folder: stored row -> row of the file,
-source_rows.npy); LANGUAGE is the keyword analyzer's, and the folder's tag_ids.npy is written. It
+BYTES bytes: its first ROWS records, whole), `whole LANGUAGE` (no more records: what does not
+depend on the rows' order is done then, the keyword terms analyzed in LANGUAGE among it, and the
+child answers `ready`), then `finish` (rows kept in file order) or `finish FILE` (a .npy in the
+folder: stored row -> row of the file, source_rows.npy; the folder's tag_ids.npy is written). It
 answers `done` once the files are written and synced; at the end of its input without `finish`
 (the compile failed) it leaves quietly. The parent asks BLAS for one thread fewer while the
 child is busy (`busy`), so that the two do not take turns on the cores.
@@ -37,13 +37,15 @@ from typing import IO
 import msgspec
 import numpy as np
 
-from host.constraints.text_index import TextIndexBuilder, save_text_index
+from host.constraints.text_index import TextIndexBuilder, assemble_text_index, save_text_index
 from host.constraints.words import INFO_FIELDS
-from host.keywords.postings import build_postings, numbered_fields
+from host.keywords.postings import TermPlan, build_postings, plan_terms
+from host.library.language import DEFAULT_LANGUAGE
 
 PROCESS_FROM = 16 << 20  # bytes of records from which the text index is built by a child process
 NOTIFY_EVERY = 1 << 20  # the child is told how far records.bin is written at most every this many bytes
 RECORDS = "records.bin"
+KEYWORD_FIELDS = ("text", "title")  # what BM25 reads of a bit (host/keywords/postings.py)
 TAGS = "tag_ids.npy"  # each stored row's tag: written by the writer before it sends `finish`
 FEED_ROWS = 16_384  # records decoded at a time when reading records.bin here
 log = logging.getLogger("polymath_host.store")
@@ -69,8 +71,9 @@ class TextIndexer:
         self._told = 0  # bytes of records.bin the child has been told of
         self._size = 0
         self._builder: TextIndexBuilder | None = None
+        self._plan: TermPlan | None = None
         self._order_file: str | None = None
-        self._language = ""
+        self._language = DEFAULT_LANGUAGE
         self._failed = False  # a child failed: the rest is done here
         self._ready = False  # the child said `ready`
         self._working_here = False  # this process is splitting the records into words
@@ -83,16 +86,18 @@ class TextIndexer:
             self._tell(f"upto {size} {len(self.lengths)}\n".encode())
             self._told = size
 
-    def all_written(self, size: int) -> None:
-        """records.bin is whole, `size` bytes."""
+    def all_written(self, size: int, language: str) -> None:
+        """records.bin is whole, `size` bytes; the keywords are analyzed in `language`
+        (host/keywords/analyzer.py)."""
         self._size = size
+        self._language = language
         if self._child is not None:
-            self._tell(f"upto {size} {len(self.lengths)}\nwhole\n".encode())
+            self._tell(f"upto {size} {len(self.lengths)}\nwhole {language}\n".encode())
             return
         self._working_here = True
         try:
             self._builder = self._tokenized()
-            self._builder.prepare()
+            self._plan = prepare(self._builder, language)
         finally:
             self._working_here = False
 
@@ -107,16 +112,15 @@ class TextIndexer:
             self._ready = True
         return not self._ready
 
-    def finish(self, order_file: str | None, language: str) -> None:
-        """Rows are stored as the folder's `order_file` (a .npy) says, or in file order (None); their
-        keywords are analyzed in `language` (host/keywords/analyzer.py)."""
+    def finish(self, order_file: str | None) -> None:
+        """Rows are stored as the folder's `order_file` (a .npy) says, or in file order (None)."""
         self._order_file = order_file
-        self._language = language
         if self._child is not None:
-            self._tell(f"finish {language} {order_file or ''}\n".encode())
+            self._tell(f"finish {order_file or ''}\n".encode())
         else:
-            finish(self._builder or self._tokenized(), self.folder, order_file, language)
-            self._builder = None
+            builder = self._builder or self._tokenized()
+            finish(builder, self._plan or prepare(builder, self._language), self.folder, order_file)
+            self._builder = self._plan = None
 
     def wait(self) -> None:
         """Until the index is written; a child that failed is replaced by building it here."""
@@ -135,7 +139,8 @@ class TextIndexer:
         self._child = None
         if answer.split()[-1:] != [b"done"] or code:
             self._give_up(f"exited with {code}")
-            finish(self._tokenized(), self.folder, self._order_file, self._language)
+            builder = self._tokenized()
+            finish(builder, prepare(builder, self._language), self.folder, self._order_file)
         self._close_errors()
         self._records.close()
 
@@ -204,17 +209,24 @@ class TextIndexer:
             self._child_errors = None
 
 
-def finish(builder: TextIndexBuilder, folder: Path, order_file: str | None, language: str) -> None:
+def prepare(builder: TextIndexBuilder, language: str) -> TermPlan:
+    """What can be done before the rows' order is known: the vocabularies sorted, and the keyword
+    terms of the text and title analyzed in `language` (while the parent lays the vectors out)."""
+    builder.prepare()
+    return plan_terms([builder.words[field].vocabulary() for field in KEYWORD_FIELDS], language)
+
+
+def finish(builder: TextIndexBuilder, plan: TermPlan, folder: Path, order_file: str | None) -> None:
     """Write the index `builder` holds, for rows stored as `order_file` says (None: file order), with
-    the keyword postings of its text and title (analyzed in `language`; the folder's TAGS file gives
-    each stored row's tag): the postings are built from the words already numbered, before
-    `finish` lets them go."""
+    the keyword postings of its text and title (the folder's TAGS file gives each stored row's tag),
+    merged from those fields' word positions."""
     order = np.load(folder / order_file, allow_pickle=False) if order_file else None
     tag_ids = np.load(folder / TAGS, allow_pickle=False)
-    fields = numbered_fields(builder.words["text"].numbered(), builder.words["title"].numbered())
-    postings = build_postings(fields, order, tag_ids, int(tag_ids.max()) + 1 if len(tag_ids) else 1, language)
-    del fields
-    save_text_index({**builder.finish(order), **postings}, folder)
+    arrays = builder.finish(order)
+    words = assemble_text_index(arrays.__getitem__, len(tag_ids)).words
+    postings = build_postings([words[field] for field in KEYWORD_FIELDS], plan, tag_ids,
+                              int(tag_ids.max()) + 1 if len(tag_ids) else 1)
+    save_text_index({**arrays, **postings}, folder)
 
 
 class Record(msgspec.Struct, gc=False):
@@ -248,6 +260,7 @@ def columns(records: list[Record]) -> dict[str, list[str]]:
 def serve_parent(folder: Path, records: IO[bytes], commands: IO[bytes], answers: IO[bytes]) -> int:
     """The child's side of the protocol (module docstring), reading `records` (records.bin as written)."""
     builder = TextIndexBuilder()
+    plan: TermPlan | None = None
     done_bytes = done_rows = 0
     with records as handle:
         while line := commands.readline():
@@ -258,12 +271,11 @@ def serve_parent(folder: Path, records: IO[bytes], commands: IO[bytes], answers:
                     builder.add_columns(columns(read_records(handle, size - done_bytes, rows - done_rows)))
                     done_bytes, done_rows = size, rows
             elif what == "whole":
-                builder.prepare()
+                plan = prepare(builder, rest.strip())
                 answers.write(b"ready\n")
                 answers.flush()
             elif what == "finish":
-                language, _, order_file = rest.strip().partition(" ")
-                finish(builder, folder, order_file.strip() or None, language)
+                finish(builder, plan or prepare(builder, DEFAULT_LANGUAGE), folder, rest.strip() or None)
                 answers.write(b"done\n")
                 answers.flush()
                 return 0

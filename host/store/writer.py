@@ -158,7 +158,7 @@ class StoreWriter:
         # words (Python), unless a second process does that already: on two cores they overlap.
         layout_thread = self._in_background(lambda: self._plan(tag_ids == 0, step) if clustered else None)
         step("indexing text", 0.0)
-        self._text.all_written(self._records_size)
+        self._text.all_written(self._records_size, language)
         layout = layout_thread.result()
         release_free_memory()  # k-means' samples and the reading's buffers, freed but kept by malloc
         order = None if layout is None else layout.order
@@ -168,7 +168,7 @@ class StoreWriter:
         write_synced(folder / "tag_ids.npy", partial(np.save, arr=tag_ids if order is None else tag_ids[order]))
         # The text index is finished in stored order (its process sorts ~8 bytes a word), the vectors
         # are rewritten on a thread and the records here, all at once.
-        self._text.finish("source_rows.npy" if layout is not None else None, language)
+        self._text.finish("source_rows.npy" if layout is not None else None)
         rewrite = self._in_background(lambda: _write_arranged(folder / "embeddings.npy", order, scale, step)
                                       if order is not None and scale is not None else None)
         record_offsets = np.zeros(rows + 1, dtype=np.int64)
