@@ -242,3 +242,11 @@ def test_an_unknown_language_is_one_problem_naming_it(tmp_path: Path) -> None:
     problems = library_problems({**library(["text"], 6), "language": "klingon"})
     assert len(problems) == 1 and problems[0].startswith("language: expected one of none, arabic")
     assert problems[0].endswith("got 'klingon'")
+
+
+@pytest.mark.parametrize(("mode", "then"), [("keyword", "nothing matches it"), ("hybrid", "ranked by meaning alone")])
+def test_keywords_no_visible_bit_holds_are_told_apart_from_none_at_all(mixed: ModelIndex, mode: str, then: str) -> None:
+    assert ask(mixed, "zebras and quokkas", mode).notes == (f"no bit you may see holds a keyword of the query: {then}",)
+    assert ask(mixed, "whale", mode).notes == (f"no bit you may see holds a keyword of the query: {then}",)  # a draft's
+    assert ask(mixed, "to be or not", mode).notes == (
+        f"the query has no keyword (only stop words or punctuation): {then}",)

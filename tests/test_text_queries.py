@@ -362,3 +362,14 @@ async def test_hybrid_takes_a_vector_and_words_together_and_weighs_them(client: 
 
     assert sent["bits"] == embedded["bits"]
     assert by_words["bits"][0]["info"]["title"].startswith("Jonah 1:")
+
+
+async def test_a_score_threshold_keeps_bits_ranked_at_least_that_high(client: httpx.AsyncClient) -> None:
+    fields = {"query": "Jonah prayed unto the LORD", "mode": "keyword", "count": 10, "count_type": "bit"}
+    everything = (await client.post("/", json=fields)).json()["bits"]
+    third = everything[2]["score"]
+    kept = (await client.post("/", json={**fields, "score_threshold": third})).json()["bits"]
+
+    assert kept == everything[:3] and len(everything) > 3
+    refused = await client.post("/", json={**fields, "score_threshold": "high"})
+    assert refused.status_code == 400 and refused.json() == {"error": "score_threshold must be a number, got 'high'"}

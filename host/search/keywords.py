@@ -47,6 +47,7 @@ class Weighted:
     average: float  # the caller's average bit length, in terms
     notes: tuple[str, ...] = ()
     postings: int = 0  # the visible bits holding each term, summed: what a search would read at most
+    said: int = 0  # distinct terms the query said, held by a visible bit or not
 
     @property
     def empty(self) -> bool:
@@ -74,7 +75,8 @@ def weigh(index: ModelIndex, text: str, granted: frozenset[str]) -> Weighted:
     weights = np.array([said[term] * idf(visible_rows, frequency[term]) for term in terms], dtype=np.float64)
     average = visible_length / visible_rows if visible_rows else 1.0
     per_library = tuple(tuple(numbers[term][position] for term in terms) for position in range(len(libraries)))
-    return Weighted(terms, weights, per_library, average or 1.0, tuple(notes), sum(frequency[term] for term in terms))
+    return Weighted(terms, weights, per_library, average or 1.0, tuple(notes), sum(frequency[term] for term in terms),
+                    len(said))
 
 
 def idf(documents: int, frequency: int) -> float:

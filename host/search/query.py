@@ -38,6 +38,7 @@ SEARCH_MODES = ("auto", "exact", "approximate")
 Mode = Literal["vector", "keyword", "hybrid"]
 MODES: tuple[Mode, ...] = ("vector", "keyword", "hybrid")
 NO_KEYWORDS = "the query has no keyword (only stop words or punctuation)"
+UNHELD_KEYWORDS = "no bit you may see holds a keyword of the query"
 POOL_SHARE = 0.005  # of the visible bits: the least an approximate search considers (`pool_for`)
 
 
@@ -154,12 +155,13 @@ def _ranked_by_text(index: ModelIndex, query: Query, granted: frozenset[str], na
     assert query.text is not None
     weighted = weigh(index, query.text, granted)
     notes = weighted.notes
+    why_none = UNHELD_KEYWORDS if weighted.said else NO_KEYWORDS
     allowed = narrowed(index.visible_rows(granted), narrowing)
     vector = query.vector
     if query.mode == "keyword":
         if weighted.empty:
             return Selection(np.zeros(0, np.int64), None if vector is None else np.zeros(0, np.float32), None, 0,
-                             np.zeros(0), (*notes, f"{NO_KEYWORDS}: nothing matches it"))
+                             np.zeros(0), (*notes, f"{why_none}: nothing matches it"))
         keep = None
         if vector is not None and query.similarity_threshold is not None:
             threshold = np.float32(query.similarity_threshold)
@@ -176,7 +178,7 @@ def _ranked_by_text(index: ModelIndex, query: Query, granted: frozenset[str], na
         nearest = rank(index, vector, granted=granted, count=query.count, count_type=query.count_type, search=search,
                        constraint=narrowing, similarity_threshold=_by_similarity(query))
         return Selection(nearest.rows, nearest.scores, nearest.first_bit_cut_to, 0, None,
-                         (*notes, f"{NO_KEYWORDS}: ranked by meaning alone"))
+                         (*notes, f"{why_none}: ranked by meaning alone"))
     fused = rank_fused(index, vector, weighted, granted=granted, allowed=allowed, constraint=narrowing,
                        count=query.count, count_type=query.count_type, keyword_weight=query.keyword_weight,
                        similarity_threshold=query.similarity_threshold, search=search,

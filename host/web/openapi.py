@@ -35,6 +35,9 @@ _QUERY_ARGUMENTS = {
         "similarity_threshold": {"type": "number",
                                  "description": "Only bits at least this similar (in vector mode the list ends at "
                                                 "the first bit below it)."},
+        "score_threshold": {"type": "number",
+                            "description": "Only bits whose rank score (score: BM25 or the fused score; in vector "
+                                           "mode the similarity) reaches it."},
         "constraint": {"description": "A query expression the bits must match (title:, url:, description:, "
                                       "image_url:, library:, text:; AND/OR/NOT; \"phrases\"; prefix*), "
                                       "or its structured JSON form.",

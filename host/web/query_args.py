@@ -41,6 +41,7 @@ class QueryArgs:
     constraint: Node | None = None  # SPEC §10: a query expression the bits must match
     mode: Mode | None = None  # None: hybrid for a text query, else vector (`effective_mode`)
     keyword_weight: float | None = None  # hybrid's share of the keyword score (None: the default)
+    score_threshold: float | None = None  # only bits whose rank score reaches it (vector: the similarity)
 
     @property
     def effective_mode(self) -> Mode:
@@ -89,6 +90,7 @@ def parse_query_args(fields: Mapping[str, Any], *, max_count: int, max_embedding
         query_embedding=embedding,
         query=query,
         similarity_threshold=similarity_threshold(fields.get("similarity_threshold")),
+        score_threshold=_optional_number(fields.get("score_threshold"), "score_threshold"),
         constraint=constraint,
         model=_text(fields, "query_embedding_model") or None,
         count=count,
@@ -119,9 +121,11 @@ def keyword_weight(value: Any) -> float | None:
 
 def similarity_threshold(value: Any) -> float | None:
     """A finite number (dot-product similarities of unit vectors lie in [-1, 1]); "" or None: none."""
-    if value is None or value == "":
-        return None
-    return _number(value, "similarity_threshold")
+    return _optional_number(value, "similarity_threshold")
+
+
+def _optional_number(value: Any, name: str) -> float | None:
+    return None if value is None or value == "" else _number(value, name)
 
 
 def _number(value: Any, name: str) -> float:

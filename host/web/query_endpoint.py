@@ -123,7 +123,8 @@ async def answer(
         # Everything the answer depends on, including the caller's grant: callers with
         # different access never share an entry.
         key = (catalog.generation, index.model, b"" if vector is None else vector.tobytes(), args.query, mode,
-               args.keyword_weight, args.count, args.count_type, args.omit, args.similarity_threshold, args.constraint,
+               args.keyword_weight, args.count, args.count_type, args.omit, args.similarity_threshold,
+               args.score_threshold, args.constraint,
                libraries, caller.access_tags, form, restricted_count, restricted_message)
         cached = state.answers.get(key)
         if cached is not None:
@@ -138,7 +139,7 @@ async def answer(
     def compute() -> bytes | Selection:
         query = Query(vector, args.count, args.count_type, args.similarity_threshold, args.constraint, libraries,
                       text=args.query, mode=mode, keyword_weight=DEFAULT_KEYWORD_WEIGHT if args.keyword_weight is None
-                      else args.keyword_weight)
+                      else args.keyword_weight, score_threshold=args.score_threshold)
         selection = run_query(index, query, caller.grant, state.search,
                               count_restricted=restricted_count or bool(restricted_message), search=search)
         if notes:
