@@ -18,13 +18,14 @@ import numpy as np
 import pytest
 from librarian import TEST_MODEL, make_bit, write_library
 
+from access import Grant
 from host.catalog.model_index import ModelIndex
 from host.library.format import parse_library
 from host.library.omit import parse_omit
 from host.results.answers import build_result
 from host.results.published import publish_library
 from host.search.engine import EXACT, Search, rank
-from host.search.query import SearchPolicy
+from host.search.query import Query, SearchPolicy, run_query
 from host.store import clusters
 from host.store.clusters import CLUSTER_FROM, plan_layout
 from host.store.compiled import CompiledLibrary, SourceKey, StoreError, file_sha256, open_compiled, write_compiled
@@ -307,3 +308,17 @@ def test_k_means_stops_once_a_round_moves_fewer_rows_than_settled(monkeypatch: p
     labels = nearest(sample, centroids)  # one more round moves fewer than 1% of the rows too
     means = np.array([sample[labels == cluster].sum(axis=0) for cluster in range(6)])
     assert np.mean(nearest(sample, means / np.linalg.norm(means, axis=1, keepdims=True)) != labels) < 0.01
+
+
+@pytest.mark.parametrize("mode", ["keyword", "hybrid"])
+@pytest.mark.parametrize("question", ["bit number", "number 600 7", "word641_3 bit", "word5_3 word605_3"])
+@pytest.mark.parametrize("granted", [NOBODY, frozenset({"team"})], ids=["anonymous", "team"])
+def test_keyword_and_hybrid_answers_are_the_same_clustered_or_not(
+        pair: tuple[ModelIndex, ModelIndex, np.ndarray], mode: str, question: str, granted: frozenset[str]) -> None:
+    answers = []
+    for index in pair[:2]:
+        query = Query(pair[2][3] if mode == "hybrid" else None, 20, "bit", text=question, mode=mode)  # type: ignore[arg-type]
+        selection = run_query(index, query, Grant("someone" if granted else None, granted), SearchPolicy(mode="exact"))
+        answers.append([(index.locate(int(row))[0].bit_id(index.locate(int(row))[1]), score)
+                        for row, score in zip(selection.rows.tolist(), selection.ranks.tolist())])
+    assert answers[0] == answers[1] and len(answers[0]) > 1

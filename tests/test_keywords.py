@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,12 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from keyword_reference import bm25_scores, ranked
 
-from host.constraints.text_index import text_index_in_memory
+from host.constraints.word_index import WordIndexBuilder
 from host.keywords import postings
 from host.keywords.analyzer import Analyzer, analyzer
 from host.keywords.index import KeywordIndex, open_keyword_index
 from host.keywords.memory import keyword_index_in_memory
-from host.keywords.postings import BLOCK, build_postings, plan_terms
+from host.keywords.postings import BLOCK, FieldWords, build_postings
 from host.keywords.top import top
 
 IN_CI = os.environ.get("CI") == "true"
@@ -83,10 +84,12 @@ def texts_of(seed: int, rows: int, words: int = 12) -> tuple[list[str], list[str
 
 
 def built(texts: list[str], titles: list[str], tags: np.ndarray) -> dict[str, np.ndarray]:
-    words = text_index_in_memory([{"text": text, "info": {"title": title}} for text, title in zip(texts, titles)]).words
-    fields = [words["text"], words["title"]]
-    plan = plan_terms([field.vocabulary for field in fields], "english")
-    return build_postings(fields, plan, tags, int(tags.max()) + 1 if len(tags) else 1)
+    fields = []
+    for strings in (texts, titles):
+        builder = WordIndexBuilder()
+        builder.add(strings)
+        fields.append(FieldWords(*builder.numbered()))
+    return build_postings(fields, tags, int(tags.max()) + 1 if len(tags) else 1, "english")
 
 
 @pytest.mark.parametrize("tag_count", [1, 3])
@@ -97,7 +100,6 @@ def test_the_compiled_and_numpy_postings_are_the_same_arrays(monkeypatch: pytest
     tags = np.random.default_rng(2).integers(0, tag_count, 700).astype(np.uint16)
     compiled = built(texts, titles, tags)
     monkeypatch.setattr(postings, "compiled", None)
-    monkeypatch.setattr(postings, "NUMPY_POSITIONS", 64)  # many ranges of terms
     assert compiled.keys() == (by_numpy := built(texts, titles, tags)).keys()
     for name, array in compiled.items():
         assert array.dtype == by_numpy[name].dtype and np.array_equal(array, by_numpy[name]), name
@@ -130,8 +132,8 @@ def test_a_block_bound_is_at_least_every_score_of_its_block(way: str) -> None:
 # ---- the search -----------------------------------------------------------------------------------------
 
 
-def search(index: KeywordIndex, texts: list[str], question: str, k: int, visible: np.ndarray | None = None,
-           keys: np.ndarray | None = None) -> list[tuple[int, float]]:
+def search(index: KeywordIndex, texts: list[str], question: str, k: int,
+           visible: np.ndarray | None = None) -> list[tuple[int, float]]:
     """`top` given statistics computed as the reference computes them (over the visible rows)."""
     seen = np.ones(index.rows, bool) if visible is None else visible
     documents = int(seen.sum())
@@ -148,7 +150,7 @@ def search(index: KeywordIndex, texts: list[str], question: str, k: int, visible
         if frequency:
             numbers.append(number)
             weights.append(said[term] * math.log(1 + (documents - frequency + 0.5) / (frequency + 0.5)))
-    rows, scores = top(index, numbers, weights, average, k, visible, keys)
+    rows, scores = top(index, numbers, weights, average, k, visible)
     return list(zip(rows.tolist(), scores.tolist()))
 
 
@@ -170,21 +172,23 @@ def test_long_lists_skipped_by_blocks_give_the_exhaustive_answer(monkeypatch: py
     if postings.compiled is None:
         pytest.skip("host/keywords/_postings.c was not built here")
     texts, titles = texts_of(7, 20 * BLOCK, words=40)
-    index = keyword_index_in_memory(texts, titles)
-    keys = np.random.default_rng(8).permutation(len(texts)).astype(np.int64)  # file order of a clustered layout
+    stored = np.random.default_rng(8).permutation(len(texts)).astype(np.int32)  # a clustered layout's
+    index = replace(keyword_index_in_memory(texts, titles), stored_rows=stored)
     questions = ["fish", "sea whale", "Jonah prophet Nineveh great", "fish fish sea", "begat sons daughters years"]
-    answers = {question: search(index, texts, question, 10, keys=keys) for question in questions}
+    answers = {question: search(index, texts, question, 10) for question in questions}
     monkeypatch.setattr(postings, "compiled", None)
     for question, answer in answers.items():
-        assert answer == search(index, texts, question, 10, keys=keys)
-        assert answer == ranked(bm25_scores(texts, titles, [True] * len(texts), question), keys.tolist())[:10]
+        assert answer == search(index, texts, question, 10)
+        expected = ranked(bm25_scores(texts, titles, [True] * len(texts), question))[:10]  # file rows, file order
+        assert answer == [(int(stored[row]), score) for row, score in expected]
 
 
-def test_equal_scores_go_to_the_earlier_row_in_file_order(way: str) -> None:
+def test_equal_scores_go_to_the_earlier_row_in_file_order_and_answer_stored_rows(way: str) -> None:
     texts = ["whale sea"] * 6
-    index = keyword_index_in_memory(texts, [""] * 6)
-    keys = np.array([5, 3, 1, 0, 2, 4], dtype=np.int64)
-    assert [row for row, _ in search(index, texts, "whale", 3, keys=keys)] == [3, 2, 4]
+    index = replace(keyword_index_in_memory(texts, [""] * 6), stored_rows=np.array([5, 3, 1, 0, 2, 4], np.int32))
+    assert [row for row, _ in search(index, texts, "whale", 3)] == [5, 3, 1]
+    visible = np.array([True, True, False, True, True, False])  # by stored row: file rows 4 and 0 hidden
+    assert [row for row, _ in search(index, texts, "whale", 3, visible)] == [3, 1, 0]
 
 
 def test_a_row_that_holds_no_term_is_never_an_answer(way: str) -> None:
@@ -201,6 +205,7 @@ def test_postings_that_disagree_with_their_offsets_are_refused() -> None:
         ("frequencies", "frequencies"), ("lengths", "lengths"), ("tag_rows_of_term", "tag_rows_of_term"),
         ("tag_rows", "tag_rows"), ("tag_lengths", "tag_lengths"), ("block_offsets", "block_offsets"),
         ("block_last", "block_last"), ("block_bound", "block_bound")]}
+    arrays["keywords.stored_rows"] = np.zeros(0, np.int32)  # rows stored as in the file
     arrays["keywords.rows"] = arrays["keywords.rows"][:-1]
     with pytest.raises(ValueError, match="keyword postings are inconsistent"):
         open_keyword_index(arrays.__getitem__, 2, "english")

@@ -124,12 +124,14 @@ class WordIndexBuilder:
         np.cumsum(np.bincount(term_ids, minlength=len(offsets) - 1), out=term_offsets[1:])
         self._prepared = (lengths, term_ids, {"words": data, "word_offsets": offsets, "term_offsets": term_offsets})
 
-    def vocabulary(self) -> SortedStrings:
-        """The field's distinct words, sorted (after `prepare`, before `finish`)."""
+    def numbered(self) -> tuple[SortedStrings, np.ndarray, np.ndarray]:
+        """The field's words as numbered (after `prepare`, before `finish`): the sorted vocabulary,
+        each word's number in it (the rows' words back to back, in the order fed) and each row's
+        count of words. Keyword postings (host/keywords/postings.py) are built from these."""
         self.prepare()
         assert self._prepared is not None
-        arrays = self._prepared[2]
-        return SortedStrings(arrays["words"], arrays["word_offsets"])
+        lengths, term_ids, arrays = self._prepared
+        return SortedStrings(arrays["words"], arrays["word_offsets"]), term_ids, lengths
 
     def finish(self, order: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """The arrays; with `order` (stored row -> row fed), rows are numbered as stored."""

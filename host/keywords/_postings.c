@@ -1,13 +1,12 @@
 /* Keyword postings (host/keywords/postings.py, host/keywords/top.py): built in two counting passes
  * over a library's words, and searched for the best rows without scoring every posting.
  *
- * Building: the text index holds, for each word of the text and title fields, its positions in
- * stored row order (host/constraints/word_index.py). A term is one or more words (those its stem
- * joins, in either field): its postings are those words' position lists merged, run-length counted
- * by row. `count` merges every term's lists once to count the rows holding it (and of which tag) and
- * each row's terms; `place` merges them again to write each term's rows, ascending, with how often
- * the row holds it (saturating at 65535), and the bound of each block of postings. Both passes read
- * the positions in order: no random access but a row's length and tag.
+ * Building: the text index has numbered every word of each field (the rows' words back to back, in
+ * file order; host/constraints/word_index.py); `map` gives each word number its term (-1: a stop
+ * word). `count` walks the rows and counts, for each term, the rows holding it (and of which tag),
+ * and each row's terms; `place` walks them again and writes each term's rows, ascending, with how
+ * often the row holds it (saturating at 65535), then each block's bound. Rows are numbered in file
+ * order: the postings are built before the compile knows how it will store the rows.
  *
  * Searching (`top`): block-max MaxScore over the query's terms (Turtle and Flood's MaxScore, with
  * the per-block bounds of Ding and Suel's block-max indexes). A posting's score is
@@ -56,294 +55,245 @@ static Py_ssize_t items(const Buffer *buffer) { return buffer->view.itemsize ? b
 
 /* ---- building ------------------------------------------------------------------------------- */
 
-/* One field's word index (host/constraints/word_index.py): each word's positions, `row << shift |
- * place`, ascending within the word. */
+/* One field's words as the text index numbered them: each row's word numbers back to back, in file
+ * order (`lengths`: words a row), and each word number's term (-1: a stop word). */
 typedef struct {
-    const void *positions;
-    int wide; /* int64 positions, else int32 */
-    const int64_t *offsets; /* words + 1 */
-    int shift;
-    Py_ssize_t words, count;
+    const int32_t *words;
+    const int32_t *map;
+    int64_t *starts; /* where each row's words start (rows + 1) */
+    Py_ssize_t vocabulary;
 } Field;
 
+enum { FIELDS = 2 };
+
 typedef struct {
-    Field fields[2];
-    int field_count;
-    const int64_t *term_words;   /* terms + 1: where each term's words start in the two arrays below */
-    const uint8_t *word_fields;  /* the field of each of a term's words */
-    const int64_t *word_numbers; /* its number in that field */
-    const uint16_t *tags;        /* each row's tag */
-    Py_ssize_t terms, rows, tag_count, most_words;
+    Field fields[FIELDS];
+    const uint16_t *tags; /* each row's tag */
+    Py_ssize_t rows, terms, tag_count;
 } Build;
 
-static inline int64_t position(const Field *field, int64_t at) {
-    return field->wide ? ((const int64_t *)field->positions)[at] : ((const int32_t *)field->positions)[at];
-}
-
-typedef struct {
-    const Field *field;
-    int64_t at, end;
-} Cursor;
-
-static inline int64_t cursor_row(const Cursor *cursor) {
-    return cursor->at < cursor->end ? position(cursor->field, cursor->at) >> cursor->field->shift : INT64_MAX;
-}
-
-/* Points `cursors` at the positions of term t's words; returns how many. */
-static Py_ssize_t open_term(const Build *build, Py_ssize_t term, Cursor *cursors) {
-    Py_ssize_t count = 0;
-    for (int64_t at = build->term_words[term]; at < build->term_words[term + 1]; at++) {
-        const Field *field = &build->fields[build->word_fields[at]];
-        int64_t word = build->word_numbers[at];
-        cursors[count].field = field;
-        cursors[count].at = field->offsets[word];
-        cursors[count].end = field->offsets[word + 1];
-        count++;
-    }
-    return count;
-}
-
-/* The next row of the merged lists and how many positions it has there (0: none left). */
-static inline int64_t next_row(Cursor *cursors, Py_ssize_t count, int64_t *frequency) {
-    int64_t row = INT64_MAX;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        int64_t at = cursor_row(&cursors[i]);
-        if (at < row)
-            row = at;
-    }
-    *frequency = 0;
-    if (row == INT64_MAX)
-        return row;
-    for (Py_ssize_t i = 0; i < count; i++)
-        while (cursor_row(&cursors[i]) == row) {
-            cursors[i].at++;
-            (*frequency)++;
-        }
-    return row;
-}
-
-/* Reads (fields, term_words, word_fields, word_numbers, tags) into `build`, checking every bound
- * the passes rely on; -1 with an exception set when something does not fit. `buffers` holds 10. */
-static int read_build(PyObject *fields, PyObject *const *objects, Py_ssize_t tag_count, Buffer *buffers, Build *build) {
+/* Checks (words, lengths, map) twice and tags; fills `build`; -1 with an exception set when something
+ * does not fit. `buffers` holds 7. */
+static int read_build(PyObject *const *objects, Py_ssize_t tag_count, Py_ssize_t terms, Buffer *buffers, Build *build) {
+    static const char *const names[] = {"words", "lengths", "map", "title_words", "title_lengths", "title_map", "tags"};
+    static const Py_ssize_t sizes[] = {4, 8, 4, 4, 8, 4, 2};
     memset(build, 0, sizeof(*build));
-    if (!PyList_Check(fields) || PyList_GET_SIZE(fields) < 1 || PyList_GET_SIZE(fields) > 2) {
-        PyErr_SetString(PyExc_TypeError, "fields: a list of one or two (positions, offsets, shift)");
-        return -1;
-    }
-    build->field_count = (int)PyList_GET_SIZE(fields);
-    for (int f = 0; f < build->field_count; f++) {
-        PyObject *positions, *offsets;
-        int shift;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(fields, f), "OOi:a field", &positions, &offsets, &shift))
+    for (int i = 0; i < 7; i++)
+        if (take(objects[i], &buffers[i], sizes[i], 0, 0, names[i]) != 0)
             return -1;
-        if (PyObject_GetBuffer(positions, &buffers[2 * f].view, PyBUF_C_CONTIGUOUS) != 0)
-            return -1;
-        buffers[2 * f].held = 1;
-        if (take(offsets, &buffers[2 * f + 1], 8, 0, 0, "offsets") != 0)
-            return -1;
-        Field *field = &build->fields[f];
-        Py_ssize_t itemsize = buffers[2 * f].view.itemsize;
-        if ((itemsize != 4 && itemsize != 8) || shift < 0 || shift > 62) {
-            PyErr_SetString(PyExc_TypeError, "positions: int32 or int64, and a shift of 0-62");
-            return -1;
-        }
-        field->positions = buffers[2 * f].view.buf;
-        field->wide = itemsize == 8;
-        field->offsets = buffers[2 * f + 1].view.buf;
-        field->shift = shift;
-        field->count = buffers[2 * f].view.len / itemsize;
-        field->words = items(&buffers[2 * f + 1]) - 1;
-        if (field->words < 0 || field->offsets[0] != 0 || field->offsets[field->words] != field->count) {
-            PyErr_SetString(PyExc_ValueError, "positions: the offsets do not cover them");
-            return -1;
-        }
-        for (Py_ssize_t word = 0; word < field->words; word++)
-            if (field->offsets[word + 1] < field->offsets[word]) {
-                PyErr_SetString(PyExc_ValueError, "positions: the offsets must not decrease");
-                return -1;
-            }
-    }
-    static const Py_ssize_t sizes[] = {8, 1, 8, 2};
-    static const char *const names[] = {"term_words", "word_fields", "word_numbers", "tags"};
-    for (int i = 0; i < 4; i++)
-        if (take(objects[i], &buffers[4 + i], sizes[i], 0, 0, names[i]) != 0)
-            return -1;
-    build->term_words = buffers[4].view.buf;
-    build->word_fields = buffers[5].view.buf;
-    build->word_numbers = buffers[6].view.buf;
-    build->tags = buffers[7].view.buf;
-    build->terms = items(&buffers[4]) - 1;
-    build->rows = items(&buffers[7]);
+    build->rows = items(&buffers[6]);
+    build->terms = terms;
     build->tag_count = tag_count;
-    Py_ssize_t pairs = items(&buffers[5]);
-    if (build->terms < 0 || items(&buffers[6]) != pairs || build->term_words[0] != 0 ||
-        build->term_words[build->terms] != pairs || tag_count < 1 || tag_count > 65536 || build->rows > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "postings: the terms' words, tags or rows do not fit together");
+    build->tags = buffers[6].view.buf;
+    if (terms < 0 || tag_count < 1 || tag_count > 65536 || build->rows > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "postings: terms, tags or rows out of range");
         return -1;
     }
-    for (Py_ssize_t term = 0; term < build->terms; term++) {
-        Py_ssize_t words = build->term_words[term + 1] - build->term_words[term];
-        if (words < 0) {
-            PyErr_SetString(PyExc_ValueError, "postings: term_words must not decrease");
-            return -1;
-        }
-        if (words > build->most_words)
-            build->most_words = words;
-    }
-    for (Py_ssize_t pair = 0; pair < pairs; pair++)
-        if (build->word_fields[pair] >= build->field_count || build->word_numbers[pair] < 0 ||
-            build->word_numbers[pair] >= build->fields[build->word_fields[pair]].words) {
-            PyErr_SetString(PyExc_ValueError, "postings: a term's word is out of range");
-            return -1;
-        }
     for (Py_ssize_t row = 0; row < build->rows; row++)
         if (build->tags[row] >= tag_count) {
             PyErr_SetString(PyExc_ValueError, "postings: a tag is out of range");
             return -1;
         }
+    for (int f = 0; f < FIELDS; f++) {
+        Field *field = &build->fields[f];
+        const Buffer *words = &buffers[3 * f], *lengths = &buffers[3 * f + 1], *map = &buffers[3 * f + 2];
+        field->words = words->view.buf;
+        field->map = map->view.buf;
+        field->vocabulary = items(map);
+        if (items(lengths) != build->rows) {
+            PyErr_SetString(PyExc_ValueError, "postings: a field's lengths do not have a row each");
+            return -1;
+        }
+        for (Py_ssize_t word = 0; word < field->vocabulary; word++)
+            if (field->map[word] < -1 || field->map[word] >= terms) {
+                PyErr_SetString(PyExc_ValueError, "postings: a word's term is out of range");
+                return -1;
+            }
+        field->starts = PyMem_Malloc((size_t)(build->rows + 1) * sizeof(int64_t));
+        if (!field->starts) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        const int64_t *length = lengths->view.buf;
+        Py_ssize_t total = items(words);
+        field->starts[0] = 0;
+        for (Py_ssize_t row = 0; row < build->rows; row++) {
+            if (length[row] < 0 || length[row] > total - field->starts[row]) {
+                PyErr_SetString(PyExc_ValueError, "postings: the lengths do not add up to the words");
+                return -1;
+            }
+            field->starts[row + 1] = field->starts[row] + length[row];
+        }
+        for (Py_ssize_t word = 0; word < field->starts[build->rows]; word++)
+            if (field->words[word] < 0 || field->words[word] >= field->vocabulary) {
+                PyErr_SetString(PyExc_ValueError, "postings: a word number is out of range");
+                return -1;
+            }
+    }
     return 0;
 }
 
+static void free_build(Build *build) {
+    for (int f = 0; f < FIELDS; f++) {
+        PyMem_Free(build->fields[f].starts);
+        build->fields[f].starts = NULL;
+    }
+}
+
 PyDoc_STRVAR(count_doc,
-"count(fields, term_words, word_fields, word_numbers, tags, tag_count, rows_of_term, tag_rows_of_term,\n"
-"      row_lengths)\n\n"
-"First pass over a library's word positions: for each term, the rows holding it (rows_of_term,\n"
-"int64) and those of each tag (tag_rows_of_term, int32, terms x tag_count); each row's number of\n"
-"terms (row_lengths, int32). fields: [(positions int32|int64, offsets int64, shift)] of the text and\n"
-"title word indexes; a term's words are word_numbers[term_words[t]:term_words[t + 1]] (int64) of the\n"
-"fields word_fields (uint8); tags: uint16, each row's tag.");
+"count(words, lengths, map, title_words, title_lengths, title_map, tags, tag_count, rows_of_term,\n"
+"      tag_rows_of_term, row_lengths)\n\n"
+"First pass over a library's words, row after row: for each term, the rows holding it (rows_of_term,\n"
+"int64) and those of each tag (tag_rows_of_term, int32, terms x tag_count); each row's number of terms\n"
+"(row_lengths, int32). words: int32 word numbers, rows back to back; lengths: int64 words a row; map:\n"
+"int32 term of each word number (-1: none); tags: uint16, each row's tag.");
 
 static PyObject *count(PyObject *module, PyObject *args) {
-    PyObject *fields, *objects[4], *outputs[3];
+    PyObject *objects[7], *outputs[3];
     Py_ssize_t tag_count;
-    if (!PyArg_ParseTuple(args, "OOOOOnOOO:count", &fields, &objects[0], &objects[1], &objects[2], &objects[3],
-                          &tag_count, &outputs[0], &outputs[1], &outputs[2]))
+    if (!PyArg_ParseTuple(args, "OOOOOOOnOOO:count", &objects[0], &objects[1], &objects[2], &objects[3], &objects[4],
+                          &objects[5], &objects[6], &tag_count, &outputs[0], &outputs[1], &outputs[2]))
         return NULL;
-    Buffer buffers[11] = {0};
-    Build build;
-    Cursor *cursors = NULL;
+    Buffer buffers[10] = {0};
+    Build build = {0};
+    int32_t *last = NULL;
     PyObject *result = NULL;
-    if (read_build(fields, objects, tag_count, buffers, &build) != 0)
+    if (take(outputs[0], &buffers[7], 8, 1, 0, "rows_of_term") != 0)
         goto done;
-    if (take(outputs[0], &buffers[8], 8, 1, 0, "rows_of_term") != 0 ||
-        take(outputs[1], &buffers[9], 4, 1, 0, "tag_rows_of_term") != 0 ||
-        take(outputs[2], &buffers[10], 4, 1, 0, "row_lengths") != 0)
+    if (read_build(objects, tag_count, items(&buffers[7]), buffers, &build) != 0)
         goto done;
-    if (items(&buffers[8]) != build.terms || items(&buffers[9]) != build.terms * tag_count ||
-        items(&buffers[10]) != build.rows) {
+    if (take(outputs[1], &buffers[8], 4, 1, 0, "tag_rows_of_term") != 0 || take(outputs[2], &buffers[9], 4, 1, 0, "row_lengths") != 0)
+        goto done;
+    if (items(&buffers[8]) != build.terms * tag_count || items(&buffers[9]) != build.rows) {
         PyErr_SetString(PyExc_ValueError, "count: the outputs do not fit");
         goto done;
     }
-    int64_t *rows_of_term = buffers[8].view.buf;
-    int32_t *tag_rows = buffers[9].view.buf, *lengths = buffers[10].view.buf;
-    cursors = PyMem_Malloc((size_t)(build.most_words + 1) * sizeof(Cursor));
-    if (!cursors) {
+    int64_t *rows_of_term = buffers[7].view.buf;
+    int32_t *tag_rows = buffers[8].view.buf, *row_lengths = buffers[9].view.buf;
+    last = PyMem_Malloc((size_t)(build.terms + 1) * sizeof(int32_t));
+    if (!last) {
         PyErr_NoMemory();
         goto done;
     }
-    int fits = 1;
     Py_BEGIN_ALLOW_THREADS
+    memset(rows_of_term, 0, (size_t)build.terms * sizeof(int64_t));
     memset(tag_rows, 0, (size_t)(build.terms * tag_count) * sizeof(int32_t));
-    memset(lengths, 0, (size_t)build.rows * sizeof(int32_t));
-    for (Py_ssize_t term = 0; fits && term < build.terms; term++) {
-        Py_ssize_t open = open_term(&build, term, cursors);
-        int64_t held = 0, frequency, row;
-        int32_t *tag_row = tag_rows + term * tag_count;
-        while ((row = next_row(cursors, open, &frequency)) != INT64_MAX) {
-            if (row < 0 || row >= build.rows) {
-                fits = 0;
-                break;
+    memset(last, 0xff, (size_t)(build.terms + 1) * sizeof(int32_t));
+    for (Py_ssize_t row = 0; row < build.rows; row++) {
+        int64_t length = 0;
+        Py_ssize_t tag = tag_count == 1 ? 0 : build.tags[row];
+        for (int f = 0; f < FIELDS; f++) {
+            const Field *field = &build.fields[f];
+            for (int64_t at = field->starts[row]; at < field->starts[row + 1]; at++) {
+                int32_t term = field->map[field->words[at]];
+                if (term < 0)
+                    continue;
+                length++;
+                if (last[term] != (int32_t)row) {
+                    last[term] = (int32_t)row;
+                    rows_of_term[term]++;
+                    tag_rows[(Py_ssize_t)term * tag_count + tag]++;
+                }
             }
-            held++;
-            tag_row[tag_count == 1 ? 0 : build.tags[row]]++;
-            int64_t length = (int64_t)lengths[row] + frequency;
-            lengths[row] = length > INT32_MAX ? INT32_MAX : (int32_t)length;
         }
-        rows_of_term[term] = held;
+        row_lengths[row] = length > INT32_MAX ? INT32_MAX : (int32_t)length;
     }
     Py_END_ALLOW_THREADS
-    if (!fits) {
-        PyErr_SetString(PyExc_ValueError, "count: a position names a row past the library's");
-        goto done;
-    }
     result = Py_NewRef(Py_None);
 done:
-    PyMem_Free(cursors);
-    release(buffers, 11);
+    PyMem_Free(last);
+    free_build(&build);
+    release(buffers, 10);
     return result;
 }
 
 PyDoc_STRVAR(place_doc,
-"place(fields, term_words, word_fields, word_numbers, tags, tag_count, row_lengths, k1, b, average,\n"
-"      block, term_offsets, rows, frequencies, block_offsets, block_last, block_bound)\n\n"
+"place(words, lengths, map, title_words, title_lengths, title_map, tags, tag_count, row_lengths, k1, b,\n"
+"      average, block, term_offsets, rows, frequencies, block_offsets, block_last, block_bound)\n\n"
 "Second pass: each term's rows, ascending, at rows[term_offsets[t]:term_offsets[t + 1]] (int32), how\n"
-"often each holds the term (frequencies, uint16, saturating), and for each block of `block` postings\n"
-"its last row (int32) and the highest f / (f + k1 (1 - b + b length / average)) in it, rounded up to\n"
-"float32 (block_bound). Arguments as count's, and its outputs.");
+"often each holds it (frequencies, uint16, saturating at 65535), and for each block of `block`\n"
+"postings its last row (int32) and the highest f / (f + k1 (1 - b + b length / average)) in it,\n"
+"rounded up to float32 (block_bound). Arguments as count's, and its outputs.");
 
 static PyObject *place(PyObject *module, PyObject *args) {
-    PyObject *fields, *objects[4], *outputs[7];
+    PyObject *objects[7], *outputs[7];
     Py_ssize_t tag_count, block;
     double k1, b, average;
-    if (!PyArg_ParseTuple(args, "OOOOOnOdddnOOOOOO:place", &fields, &objects[0], &objects[1], &objects[2],
-                          &objects[3], &tag_count, &outputs[0], &k1, &b, &average, &block, &outputs[1], &outputs[2],
-                          &outputs[3], &outputs[4], &outputs[5], &outputs[6]))
+    if (!PyArg_ParseTuple(args, "OOOOOOOnOdddnOOOOOO:place", &objects[0], &objects[1], &objects[2], &objects[3],
+                          &objects[4], &objects[5], &objects[6], &tag_count, &outputs[0], &k1, &b, &average, &block,
+                          &outputs[1], &outputs[2], &outputs[3], &outputs[4], &outputs[5], &outputs[6]))
         return NULL;
-    Buffer buffers[15] = {0};
-    Build build;
-    Cursor *cursors = NULL;
+    Buffer buffers[14] = {0};
+    Build build = {0};
+    int64_t *next = NULL;
     PyObject *result = NULL;
-    if (read_build(fields, objects, tag_count, buffers, &build) != 0)
+    if (take(outputs[1], &buffers[7], 8, 0, 0, "term_offsets") != 0)
         goto done;
-    static const Py_ssize_t sizes[] = {4, 8, 4, 2, 8, 4, 4};
-    static const int writable[] = {0, 0, 1, 1, 0, 1, 1};
-    static const char *const names[] = {"row_lengths", "term_offsets", "rows", "frequencies", "block_offsets",
-                                        "block_last", "block_bound"};
-    for (int i = 0; i < 7; i++)
-        if (take(outputs[i], &buffers[8 + i], sizes[i], writable[i], 0, names[i]) != 0)
+    if (items(&buffers[7]) < 1) {
+        PyErr_SetString(PyExc_ValueError, "place: term_offsets is empty");
+        goto done;
+    }
+    if (read_build(objects, tag_count, items(&buffers[7]) - 1, buffers, &build) != 0)
+        goto done;
+    static const Py_ssize_t sizes[] = {4, 4, 2, 8, 4, 4};
+    static const int writable[] = {0, 1, 1, 0, 1, 1};
+    static const char *const names[] = {"row_lengths", "rows", "frequencies", "block_offsets", "block_last", "block_bound"};
+    PyObject *rest[] = {outputs[0], outputs[2], outputs[3], outputs[4], outputs[5], outputs[6]};
+    for (int i = 0; i < 6; i++)
+        if (take(rest[i], &buffers[8 + i], sizes[i], writable[i], 0, names[i]) != 0)
             goto done;
+    const int64_t *offsets = buffers[7].view.buf, *block_offsets = buffers[11].view.buf;
     const int32_t *lengths = buffers[8].view.buf;
-    const int64_t *offsets = buffers[9].view.buf, *block_offsets = buffers[12].view.buf;
-    int32_t *rows = buffers[10].view.buf, *block_last = buffers[13].view.buf;
-    uint16_t *frequencies = buffers[11].view.buf;
-    float *block_bound = buffers[14].view.buf;
-    Py_ssize_t postings = items(&buffers[10]), blocks = items(&buffers[13]);
-    int fits = items(&buffers[8]) == build.rows && items(&buffers[9]) == build.terms + 1 &&
-               items(&buffers[12]) == build.terms + 1 && items(&buffers[11]) == postings &&
-               items(&buffers[14]) == blocks && block >= 1 && average > 0 && offsets[0] == 0 && block_offsets[0] == 0;
+    int32_t *rows = buffers[9].view.buf, *block_last = buffers[12].view.buf;
+    uint16_t *frequencies = buffers[10].view.buf;
+    float *block_bound = buffers[13].view.buf;
+    Py_ssize_t postings = items(&buffers[9]), blocks = items(&buffers[12]);
+    int fits = items(&buffers[8]) == build.rows && items(&buffers[10]) == postings && items(&buffers[11]) == build.terms + 1 &&
+               items(&buffers[13]) == blocks && block >= 1 && average > 0 && offsets[0] == 0 && block_offsets[0] == 0 &&
+               offsets[build.terms] == postings && block_offsets[build.terms] == blocks;
     for (Py_ssize_t term = 0; fits && term < build.terms; term++) {
         int64_t count = offsets[term + 1] - offsets[term];
-        fits = count >= 0 && offsets[term + 1] <= postings && block_offsets[term + 1] <= blocks &&
-               block_offsets[term + 1] - block_offsets[term] == (count + block - 1) / block;
+        fits = count >= 0 && block_offsets[term + 1] - block_offsets[term] == (count + block - 1) / block;
     }
     if (!fits) {
         PyErr_SetString(PyExc_ValueError, "place: the outputs do not fit count's figures");
         goto done;
     }
-    cursors = PyMem_Malloc((size_t)(build.most_words + 1) * sizeof(Cursor));
-    if (!cursors) {
+    next = PyMem_Malloc((size_t)(build.terms + 1) * sizeof(int64_t));
+    if (!next) {
         PyErr_NoMemory();
         goto done;
     }
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t term = 0; fits && term < build.terms; term++) {
-        Py_ssize_t open = open_term(&build, term, cursors);
-        int64_t at = offsets[term], frequency, row;
-        while ((row = next_row(cursors, open, &frequency)) != INT64_MAX) {
-            if (at >= offsets[term + 1] || row < 0 || row >= build.rows) {
-                fits = 0;
-                break;
+    memcpy(next, offsets, (size_t)build.terms * sizeof(int64_t));
+    for (Py_ssize_t row = 0; fits && row < build.rows; row++) {
+        for (int f = 0; f < FIELDS; f++) {
+            const Field *field = &build.fields[f];
+            for (int64_t at = field->starts[row]; at < field->starts[row + 1]; at++) {
+                int32_t term = field->map[field->words[at]];
+                if (term < 0)
+                    continue;
+                int64_t slot = next[term] - 1;
+                if (slot >= offsets[term] && rows[slot] == (int32_t)row) {
+                    if (frequencies[slot] < UINT16_MAX)
+                        frequencies[slot]++;
+                } else if (next[term] < offsets[term + 1]) {
+                    rows[next[term]] = (int32_t)row;
+                    frequencies[next[term]] = 1;
+                    next[term]++;
+                } else {
+                    fits = 0; /* more rows than count found: the words changed between the passes */
+                }
             }
-            rows[at] = (int32_t)row;
-            frequencies[at] = frequency > UINT16_MAX ? UINT16_MAX : (uint16_t)frequency;
-            at++;
         }
-        fits = fits && at == offsets[term + 1];
+    }
+    for (Py_ssize_t term = 0; fits && term < build.terms; term++) {
+        fits = next[term] == offsets[term + 1];
         for (int64_t first = offsets[term], number = block_offsets[term]; fits && first < offsets[term + 1];
              first += block, number++) {
-            int64_t last = first + block < offsets[term + 1] ? first + block : offsets[term + 1];
+            int64_t end = first + block < offsets[term + 1] ? first + block : offsets[term + 1];
             double most = 0.0;
-            for (int64_t posting = first; posting < last; posting++) {
+            for (int64_t posting = first; posting < end; posting++) {
                 double f = (double)frequencies[posting];
                 double saturation = f / (f + k1 * (1.0 - b + b * (double)lengths[rows[posting]] / average));
                 if (saturation > most)
@@ -351,18 +301,19 @@ static PyObject *place(PyObject *module, PyObject *args) {
             }
             float rounded = (float)most;
             block_bound[number] = (double)rounded < most ? nextafterf(rounded, INFINITY) : rounded;
-            block_last[number] = rows[last - 1];
+            block_last[number] = rows[end - 1];
         }
     }
     Py_END_ALLOW_THREADS
     if (!fits) {
-        PyErr_SetString(PyExc_ValueError, "place: the positions do not match count's");
+        PyErr_SetString(PyExc_ValueError, "place: the rows do not match count's");
         goto done;
     }
     result = Py_NewRef(Py_None);
 done:
-    PyMem_Free(cursors);
-    release(buffers, 15);
+    PyMem_Free(next);
+    free_build(&build);
+    release(buffers, 14);
     return result;
 }
 
@@ -442,8 +393,8 @@ typedef struct {
     double k1, b, average, scale; /* scale: how much the caller's average may raise a block bound */
     Py_ssize_t rows;        /* rows of the library: a row outside them (a damaged file) is never read */
     const int32_t *lengths;
-    const uint8_t *allowed; /* per row, or NULL for all */
-    const int64_t *keys;    /* per row tie keys, or NULL: the row itself */
+    const uint8_t *allowed; /* per stored row, or NULL for all */
+    const int32_t *stored;  /* each (file order) row's stored row, or NULL: the same */
 } Scoring;
 
 static inline double part(const Scoring *s, double weight, double frequency, int32_t length) {
@@ -574,7 +525,8 @@ static void search(Term *terms, int count, const Scoring *s, Best *best) {
         for (int i = passive; i < count; i++)
             if (current(&terms[i]) == row)
                 bound += block_bound(s, &terms[i], terms[i].shown);
-        int allowed = row >= 0 && row < s->rows && (!s->allowed || s->allowed[row]);
+        int32_t stored = row >= 0 && row < s->rows ? (s->stored ? s->stored[row] : row) : -1;
+        int allowed = stored >= 0 && stored < s->rows && (!s->allowed || s->allowed[stored]);
         if (!allowed || bound < limit) {
             for (int i = passive; i < count; i++)
                 if (current(&terms[i]) == row)
@@ -615,18 +567,19 @@ static void search(Term *terms, int count, const Scoring *s, Best *best) {
         double score = 0.0;
         for (int position = 0; position < count; position++)
             score += parts[position];
-        Hit hit = {score, s->keys ? s->keys[row] : row, row};
+        Hit hit = {score, row, stored}; /* ties: the earlier row in file order */
         offer(best, hit);
     }
 }
 
 PyDoc_STRVAR(top_doc,
-"top(postings, weights, lengths, k1, b, average, scale, allowed, keys, k, out_rows, out_scores) -> int\n\n"
+"top(postings, weights, lengths, k1, b, average, scale, allowed, stored, k, out_rows, out_scores) -> int\n\n"
 "The k best rows by BM25, best first (ties: the lower key). postings: a list of one tuple per query\n"
 "term, (rows int32, frequencies uint16, block_last int32, block_bound float32, block); weights:\n"
 "float64, one per term (idf times how often the query says it); lengths: int32 terms of each row;\n"
-"scale: what the block bounds are multiplied by (>= 1); allowed: uint8 per row or None; keys: int64\n"
-"per row or None. Writes the rows (int64) and scores (float64) and returns how many.");
+"scale: what the block bounds are multiplied by (>= 1); stored: int32, each row's stored row (rows are\n"
+"in file order), or None; allowed: uint8 per stored row or None. Writes the stored rows (int64) and\n"
+"scores (float64), best first (ties: the earlier in file order), and returns how many.");
 
 static PyObject *top(PyObject *module, PyObject *args) {
     PyObject *postings, *objects[4], *outputs[2];
@@ -651,7 +604,7 @@ static PyObject *top(PyObject *module, PyObject *args) {
         goto done;
     }
     if (take(objects[0], &buffers[0], 8, 0, 0, "weights") != 0 || take(objects[1], &buffers[1], 4, 0, 0, "lengths") != 0 ||
-        take(objects[2], &buffers[2], 1, 0, 1, "allowed") != 0 || take(objects[3], &buffers[3], 8, 0, 1, "keys") != 0 ||
+        take(objects[2], &buffers[2], 1, 0, 1, "allowed") != 0 || take(objects[3], &buffers[3], 4, 0, 1, "stored") != 0 ||
         take(outputs[0], &buffers[4], 8, 1, 0, "out_rows") != 0 || take(outputs[1], &buffers[5], 8, 1, 0, "out_scores") != 0)
         goto done;
     Py_ssize_t rows = items(&buffers[1]);

@@ -37,7 +37,8 @@ class KeywordIndex:
     term_offsets: np.ndarray  # (terms + 1,) int64
     posting_rows: np.ndarray
     frequencies: np.ndarray
-    lengths: np.ndarray  # (rows,) int32
+    lengths: np.ndarray  # (rows,) int32, file order
+    stored_rows: np.ndarray | None  # (rows,) int32: each file row's stored row; None: the same
     tag_rows_of_term: np.ndarray  # (terms, tags) int32
     tag_rows: np.ndarray  # (tags,) int64
     tag_lengths: np.ndarray  # (tags,) int64
@@ -80,6 +81,7 @@ def open_keyword_index(load: Callable[[str], np.ndarray], rows: int, language: s
     index = KeywordIndex(language=language, rows=rows, terms=arrays["terms"], term_bytes=arrays["term_bytes"],
                          term_offsets=arrays["term_offsets"], posting_rows=arrays["rows"],
                          frequencies=arrays["frequencies"], lengths=arrays["lengths"],
+                         stored_rows=arrays["stored_rows"] if len(arrays["stored_rows"]) else None,
                          tag_rows_of_term=arrays["tag_rows_of_term"], tag_rows=arrays["tag_rows"],
                          tag_lengths=arrays["tag_lengths"], block_offsets=arrays["block_offsets"],
                          block_last=arrays["block_last"], block_bound=arrays["block_bound"])
@@ -94,6 +96,7 @@ def open_keyword_index(load: Callable[[str], np.ndarray], rows: int, language: s
         or int(index.term_offsets[-1]) != postings
         or index.frequencies.shape != (postings,)
         or index.lengths.shape != (rows,)
+        or (index.stored_rows is not None and index.stored_rows.shape != (rows,))
         or index.tag_rows_of_term.ndim != 2
         or index.tag_rows_of_term.shape[0] != terms
         or index.block_offsets.shape != (terms + 1,)

@@ -1,16 +1,18 @@
 """A library's keyword postings: which rows hold each term, how often, and bounds to skip by.
 
-Built at compile time from the text index's word indexes of the `text` and `title` fields (BM25
-scores a bit's text and title as one field): no text is split twice. Each distinct word is
-analyzed once (host/keywords/analyzer.py) into its term or nothing (a stop word); a term's postings
-are then the position lists of its words merged by row (in C where built, `_postings.c`: two
-passes that read the positions in order; else numpy), giving:
+Built at compile time from the words the text index has numbered in the `text` and `title` fields
+(BM25 scores a bit's text and title as one field): no text is split twice. Each distinct word is
+analyzed once (host/keywords/analyzer.py) into its term or nothing (a stop word); then two passes
+over the rows (in C where built, `_postings.c`, else numpy) give the arrays below. Rows are
+numbered in *file* order: the postings are built while the compile still lays the vectors out, so
+their time hides behind it, and a stored (laid out) library maps them through `stored_rows`.
 
     keywords.terms, keywords.term_bytes    the sorted terms (UTF-8, concatenated; SortedStrings)
     keywords.term_offsets                  (terms + 1,) int64: where each term's postings start
-    keywords.rows                          int32: each term's rows, ascending
+    keywords.rows                          int32: each term's rows (file order), ascending
     keywords.frequencies                   uint16: how often the row holds the term (saturating)
-    keywords.lengths                       (rows,) int32: each row's terms (text and title)
+    keywords.lengths                       (rows,) int32: each row's terms (text and title), file order
+    keywords.stored_rows                   (rows,) int32: each row's stored row (empty: the same)
     keywords.tag_rows_of_term              (terms, tags) int32: rows of each tag holding the term
     keywords.tag_rows, keywords.tag_lengths (tags,) int64: rows of each tag, and their terms
     keywords.block_offsets                 (terms + 1,) int64: where each term's blocks start
@@ -35,7 +37,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from host.constraints.sorted_strings import SortedStrings
-from host.constraints.word_index import WordIndex
 from host.keywords.analyzer import analyzer
 
 try:
@@ -51,22 +52,21 @@ __all__ = [
     "K1",
     "PREFIX",
     "B",
-    "TermPlan",
+    "FieldWords",
     "array_names",
     "build_postings",
     "compiled",
     "library_average",
-    "plan_terms",
     "saturation",
+    "stored_rows",
 ]
 PREFIX = "keywords."
 BLOCK = 128  # postings a block: the unit a search skips
 MOST_FREQUENCY = np.iinfo(np.uint16).max
 K1 = 1.2  # BM25's term frequency saturation and length normalisation (Lucene's and bm25s's defaults)
 B = 0.75
-NUMPY_POSITIONS = 1 << 24  # positions keyed at a time by the numpy build (8 bytes each)
-ARRAYS = ("terms", "term_bytes", "term_offsets", "rows", "frequencies", "lengths", "tag_rows_of_term", "tag_rows",
-          "tag_lengths", "block_offsets", "block_last", "block_bound")
+ARRAYS = ("terms", "term_bytes", "term_offsets", "rows", "frequencies", "lengths", "stored_rows", "tag_rows_of_term",
+          "tag_rows", "tag_lengths", "block_offsets", "block_last", "block_bound")
 
 
 def array_names() -> list[str]:
@@ -75,55 +75,47 @@ def array_names() -> list[str]:
 
 
 @dataclass(frozen=True)
-class TermPlan:
-    """A library's terms (sorted) and the words each is made of, from its fields' vocabularies alone:
-    what can be known before the rows' stored order is (a compile plans it while the layout runs)."""
+class FieldWords:
+    """One field's words as the text index numbered them (host/constraints/word_index.py `numbered`)."""
 
-    terms: list[str]
-    term_words: np.ndarray  # (terms + 1,) int64: where each term's words start below
-    word_fields: np.ndarray  # uint8: the field of each of a term's words
-    word_numbers: np.ndarray  # int64: its number in that field's vocabulary
+    vocabulary: SortedStrings  # the field's distinct words, sorted: a word number indexes it
+    words: np.ndarray  # int32 (or int64) word numbers, the rows' words back to back in file order
+    lengths: np.ndarray  # int64, words of each row
 
 
-def plan_terms(vocabularies: Sequence[SortedStrings], language: str) -> TermPlan:
-    """Each distinct word of the fields analyzed once into its term; the terms sorted (code point
-    order, which is UTF-8's byte order) and numbered; each term's words grouped."""
+def build_postings(fields: Sequence[FieldWords], tag_ids: np.ndarray, tag_count: int, language: str) -> dict[str, np.ndarray]:
+    """The postings arrays (see the module docstring), by name with PREFIX, of rows in file order whose
+    text and title are `fields`; `tag_ids`: each row's tag (file order), below `tag_count`. Their
+    `stored_rows` is empty (rows stored as in the file) until `stored_rows` fills it."""
+    rows = len(tag_ids)
     words_of = analyzer(language)
-    term_of_word = [words_of.vocabulary_terms(vocabulary_strings(vocabulary)) for vocabulary in vocabularies]
+    term_of_word = [words_of.vocabulary_terms(vocabulary_strings(field.vocabulary)) for field in fields]
+    # Code point order is UTF-8's byte order: the terms sort as SortedStrings looks them up.
     terms = sorted({term for terms in term_of_word for term in terms if term is not None})
     number = {term: position for position, term in enumerate(terms)}
-    # Each term's words, as (field, word) pairs grouped by term.
-    pair_terms, pair_fields, pair_words = [], [], []
-    for position, field_terms in enumerate(term_of_word):
-        numbered = np.array([-1 if term is None else number[term] for term in field_terms], dtype=np.int64)
-        held = np.flatnonzero(numbered >= 0)
-        pair_terms.append(numbered[held])
-        pair_words.append(held.astype(np.int64))
-        pair_fields.append(np.full(len(held), position, dtype=np.uint8))
-    by_term = np.argsort(np.concatenate(pair_terms), kind="stable")
-    word_fields, word_numbers = np.concatenate(pair_fields)[by_term], np.concatenate(pair_words)[by_term]
-    term_words = np.zeros(len(terms) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(np.concatenate(pair_terms), minlength=len(terms)), out=term_words[1:])
-    return TermPlan(terms, term_words, word_fields, word_numbers)
-
-
-def build_postings(fields: Sequence[WordIndex], plan: TermPlan, tag_ids: np.ndarray, tag_count: int) -> dict[str, np.ndarray]:
-    """The postings arrays (see the module docstring), by name with PREFIX, of the rows whose text and
-    title word indexes are `fields` (rows as stored), their words' terms planned by `plan_terms`;
-    `tag_ids`: each row's tag, below `tag_count`."""
-    rows, terms = len(tag_ids), plan.terms
+    maps = [np.fromiter((-1 if term is None else number[term] for term in field_terms), dtype=np.int32,
+                        count=len(field_terms)) for field_terms in term_of_word]
+    del term_of_word, number
     tag_ids = np.ascontiguousarray(tag_ids, dtype=np.uint16)
-    grouping = (plan.term_words, plan.word_fields, plan.word_numbers)
-    if compiled is not None:
-        arrays = _merged_in_c(fields, grouping, tag_ids, tag_count, len(terms))
+    if compiled is not None and all(field.words.dtype == np.int32 for field in fields):
+        arrays = _counted_in_c(fields, maps, tag_ids, tag_count, len(terms))
     else:
-        arrays = _merged_in_numpy(fields, grouping, tag_ids, tag_count, len(terms), rows)
+        arrays = _counted_in_numpy(fields, maps, tag_ids, tag_count, len(terms), rows)
     encoded = [term.encode("utf-8", "surrogatepass") for term in terms]
     term_bytes = np.zeros(len(encoded) + 1, dtype=np.int64)
     np.cumsum([len(term) for term in encoded], out=term_bytes[1:])
     arrays["terms"] = np.frombuffer(b"".join(encoded), dtype=np.uint8)
     arrays["term_bytes"] = term_bytes
+    arrays["stored_rows"] = np.zeros(0, dtype=np.int32)
     return {PREFIX + name: arrays[name] for name in ARRAYS}
+
+
+def stored_rows(order: np.ndarray) -> np.ndarray:
+    """Each file row's stored row, from a layout's `order` (stored row -> file row): the postings'
+    `stored_rows` of a library stored in that order."""
+    stored = np.empty(len(order), dtype=np.int32)
+    stored[order] = np.arange(len(order), dtype=np.int32)
+    return stored
 
 
 def vocabulary_strings(vocabulary: SortedStrings) -> list[str]:
@@ -131,24 +123,25 @@ def vocabulary_strings(vocabulary: SortedStrings) -> list[str]:
     data, offsets = np.asarray(vocabulary.data), np.asarray(vocabulary.offsets)
     if not len(data) or int(data.max()) < 0x80:
         joined = data.tobytes().decode("ascii")
-        bounds = offsets.tolist()
-        return [joined[start:stop] for start, stop in itertools.pairwise(bounds)]
+        return [joined[start:stop] for start, stop in itertools.pairwise(offsets.tolist())]
     return [word.decode("utf-8", "surrogatepass") for word in vocabulary]
 
 
-def _merged_in_c(fields: Sequence[WordIndex], grouping: tuple[np.ndarray, np.ndarray, np.ndarray], tag_ids: np.ndarray,
-                 tag_count: int, terms: int) -> dict[str, np.ndarray]:
+def _counted_in_c(fields: Sequence[FieldWords], maps: list[np.ndarray], tag_ids: np.ndarray, tag_count: int,
+                  terms: int) -> dict[str, np.ndarray]:
     assert compiled is not None
-    rows = len(tag_ids)
-    lists = [(field.positions, np.ascontiguousarray(field.term_offsets, dtype=np.int64), field.shift) for field in fields]
+    (text, title), (text_map, title_map) = fields, maps
+    text_lengths, title_lengths = (np.ascontiguousarray(field.lengths, dtype=np.int64) for field in fields)
     rows_of_term = np.empty(terms, dtype=np.int64)
     tag_rows = np.empty((terms, tag_count), dtype=np.int32)
-    lengths = np.empty(rows, dtype=np.int32)
-    compiled.count(lists, *grouping, tag_ids, tag_count, rows_of_term, tag_rows, lengths)
+    lengths = np.empty(len(tag_ids), dtype=np.int32)
+    compiled.count(text.words, text_lengths, text_map, title.words, title_lengths, title_map, tag_ids, tag_count,
+                   rows_of_term, tag_rows, lengths)
     arrays = _sized(rows_of_term, lengths, tag_ids, tag_count)
-    compiled.place(lists, *grouping, tag_ids, tag_count, lengths, K1, B, library_average(arrays["tag_rows"],
-                   arrays["tag_lengths"]), BLOCK, arrays["term_offsets"], arrays["rows"], arrays["frequencies"],
-                   arrays["block_offsets"], arrays["block_last"], arrays["block_bound"])
+    compiled.place(text.words, text_lengths, text_map, title.words, title_lengths, title_map, tag_ids, tag_count,
+                   lengths, K1, B, library_average(arrays["tag_rows"], arrays["tag_lengths"]), BLOCK,
+                   arrays["term_offsets"], arrays["rows"], arrays["frequencies"], arrays["block_offsets"],
+                   arrays["block_last"], arrays["block_bound"])
     arrays["tag_rows_of_term"] = tag_rows
     return arrays
 
@@ -169,43 +162,25 @@ def _sized(rows_of_term: np.ndarray, lengths: np.ndarray, tag_ids: np.ndarray, t
     }
 
 
-def _merged_in_numpy(fields: Sequence[WordIndex], grouping: tuple[np.ndarray, np.ndarray, np.ndarray],
-                     tag_ids: np.ndarray, tag_count: int, terms: int, rows: int) -> dict[str, np.ndarray]:
-    """The same arrays as `_merged_in_c`: each term's (row, frequency) from its words' positions, a
-    range of terms at a time (keys of 8 bytes: at most NUMPY_POSITIONS positions at once)."""
-    term_words, word_fields, word_numbers = grouping
+def _counted_in_numpy(fields: Sequence[FieldWords], maps: list[np.ndarray], tag_ids: np.ndarray, tag_count: int,
+                      terms: int, rows: int) -> dict[str, np.ndarray]:
+    """The same arrays as `_counted_in_c`: every (term, row) of both fields, sorted and counted."""
     width = max(rows, 1)
-    found_terms, found_rows, found_counts = [], [], []
-    first = 0
-    while first < terms:
-        last, held = first, 0
-        while last < terms and (last == first or held < NUMPY_POSITIONS):
-            for pair in range(int(term_words[last]), int(term_words[last + 1])):
-                field = fields[word_fields[pair]]
-                held += field.occurrences(int(word_numbers[pair]), int(word_numbers[pair]) + 1)
-            last += 1
-        keys = []
-        for term in range(first, last):
-            for pair in range(int(term_words[term]), int(term_words[term + 1])):
-                field = fields[word_fields[pair]]
-                word = int(word_numbers[pair])
-                keys.append(term * width + (field.positions_of(word, word + 1).astype(np.int64) >> field.shift))
-        distinct, counts = np.unique(np.concatenate(keys) if keys else np.zeros(0, np.int64), return_counts=True)
-        found_terms.append(distinct // width)
-        found_rows.append(distinct % width)
-        found_counts.append(counts)
-        first = last
-    posting_terms = np.concatenate(found_terms) if found_terms else np.zeros(0, np.int64)
-    posting_rows = np.concatenate(found_rows) if found_rows else np.zeros(0, np.int64)
-    counts = np.concatenate(found_counts) if found_counts else np.zeros(0, np.int64)
+    keys = []
+    for field, mapping in zip(fields, maps):
+        term = mapping[field.words] if len(mapping) else np.zeros(0, dtype=np.int32)
+        row = np.repeat(np.arange(rows, dtype=np.int64), np.asarray(field.lengths, dtype=np.int64))
+        kept = term >= 0
+        keys.append(term[kept].astype(np.int64) * width + row[kept])
+    distinct, counts = np.unique(np.concatenate(keys), return_counts=True)
+    posting_terms, posting_rows = distinct // width, distinct % width
     lengths = np.minimum(np.bincount(posting_rows, weights=counts, minlength=rows), np.iinfo(np.int32).max)
     arrays = _sized(np.bincount(posting_terms, minlength=terms), lengths.astype(np.int32), tag_ids, tag_count)
     arrays["rows"][:] = posting_rows
     arrays["frequencies"][:] = np.minimum(counts, MOST_FREQUENCY)
     arrays["tag_rows_of_term"] = np.bincount(posting_terms * tag_count + tag_ids[posting_rows].astype(np.int64),
                                              minlength=terms * tag_count).astype(np.int32).reshape(terms, tag_count)
-    average = library_average(arrays["tag_rows"], arrays["tag_lengths"])
-    _fill_blocks(arrays, average)
+    _fill_blocks(arrays, library_average(arrays["tag_rows"], arrays["tag_lengths"]))
     return arrays
 
 

@@ -27,10 +27,9 @@ from host.keywords.postings import BLOCK, K1, B
 
 
 def top(index: KeywordIndex, terms: Sequence[int], weights: Sequence[float], average: float, k: int,
-        allowed: np.ndarray | None = None, keys: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The (up to) k best rows holding any of `terms` (numbers in `index`), best first, and their
-    scores (float64). `allowed`: bool per row (None: all); `keys`: int64 tie keys per row (None:
-    the row)."""
+        allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The (up to) k best stored rows holding any of `terms` (numbers in `index`), best first (ties:
+    the earlier in file order), and their scores (float64). `allowed`: bool per stored row (None: all)."""
     if not terms or k < 1:
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
     weight_array = np.ascontiguousarray(weights, dtype=np.float64)
@@ -41,14 +40,13 @@ def top(index: KeywordIndex, terms: Sequence[int], weights: Sequence[float], ave
         lists = [(*index.postings(term), BLOCK) for term in terms]
         scale = max(1.0, float(average) / index.average)
         found = compiled.top(lists, weight_array, index.lengths, K1, B, float(average), scale,
-                             None if allowed is None else allowed.view(np.uint8),
-                             None if keys is None else np.ascontiguousarray(keys, dtype=np.int64), k, rows, scores)
+                             None if allowed is None else allowed.view(np.uint8), index.stored_rows, k, rows, scores)
         return rows[:found], scores[:found]
-    return _top_in_numpy(index, terms, weight_array, float(average), k, allowed, keys)
+    return _top_in_numpy(index, terms, weight_array, float(average), k, allowed)
 
 
 def _top_in_numpy(index: KeywordIndex, terms: Sequence[int], weights: np.ndarray, average: float, k: int,
-                  allowed: np.ndarray | None, keys: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+                  allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """Every posting scored; the sums run in the terms' order, as the compiled search's do."""
     row_lists, parts = [], []
     for term, weight in zip(terms, weights):
@@ -61,9 +59,9 @@ def _top_in_numpy(index: KeywordIndex, terms: Sequence[int], weights: np.ndarray
     candidates = np.unique(every_row)
     # np.bincount adds the weights in the order given, term after term: the compiled order.
     sums = np.bincount(np.searchsorted(candidates, every_row), weights=np.concatenate(parts), minlength=len(candidates))
+    stored = candidates if index.stored_rows is None else index.stored_rows[candidates].astype(np.int64)
     if allowed is not None:
-        kept = allowed[candidates]
-        candidates, sums = candidates[kept], sums[kept]
-    tie = candidates if keys is None else keys[candidates]
-    best = np.lexsort((tie, -sums))[:k]
-    return candidates[best], sums[best]
+        kept = allowed[stored]
+        candidates, stored, sums = candidates[kept], stored[kept], sums[kept]
+    best = np.lexsort((candidates, -sums))[:k]  # candidates are file rows: ties in file order
+    return stored[best], sums[best]

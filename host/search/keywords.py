@@ -95,7 +95,7 @@ def keyword_top(index: ModelIndex, weighted: Weighted, k: int, allowed: np.ndarr
     None: all), best first, ties in file order, and their scores (float64)."""
     if weighted.empty or k < 1:
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
-    found_rows, found_scores, found_keys = [], [], []
+    found_rows, found_scores = [], []
     for position, library in enumerate(index.libraries):
         numbers = weighted.numbers[position]
         held = [at for at, number in enumerate(numbers) if number is not None]
@@ -105,14 +105,13 @@ def keyword_top(index: ModelIndex, weighted: Weighted, k: int, allowed: np.ndarr
         local_allowed = None if allowed is None else allowed[start:stop]
         terms = [number for number in numbers if number is not None]
         rows, scores = top(keywords_of(library), terms, weighted.weights[held].tolist(), weighted.average, k,
-                           local_allowed, library.source_rows)
+                           local_allowed)
         found_rows.append(rows + start)
         found_scores.append(scores)
-        found_keys.append((rows if library.source_rows is None else library.source_rows[rows]) + start)
     if not found_rows:
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
-    rows, scores, keys = (np.concatenate(found) for found in (found_rows, found_scores, found_keys))
-    best = np.lexsort((keys, -scores))[:k]
+    rows, scores = np.concatenate(found_rows), np.concatenate(found_scores)
+    best = np.lexsort((rows if index.tie_keys is None else index.tie_keys[rows], -scores))[:k]
     return rows[best], scores[best]
 
 
@@ -129,7 +128,8 @@ def keyword_scores(index: ModelIndex, weighted: Weighted, rows: Sequence[int] | 
         if not len(mine):
             continue
         keywords = keywords_of(library)
-        local = rows[mine] - int(index.offsets[position])
+        local = rows[mine] - int(index.offsets[position])  # stored rows; the postings' are in file order
+        local = local if library.source_rows is None else library.source_rows[local]
         lengths = keywords.lengths[local].astype(np.float64)
         norm = K1 * (1.0 - B + B * lengths / weighted.average)
         for weight, number in zip(weighted.weights, weighted.numbers[position]):

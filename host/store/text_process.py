@@ -37,16 +37,17 @@ from typing import IO
 import msgspec
 import numpy as np
 
-from host.constraints.text_index import TextIndexBuilder, assemble_text_index, save_text_index
+from host.constraints.text_index import TextIndexBuilder, save_text_index
 from host.constraints.words import INFO_FIELDS
-from host.keywords.postings import TermPlan, build_postings, plan_terms
+from host.keywords.postings import PREFIX as POSTINGS
+from host.keywords.postings import FieldWords, build_postings, stored_rows
 from host.library.language import DEFAULT_LANGUAGE
 
 PROCESS_FROM = 16 << 20  # bytes of records from which the text index is built by a child process
 NOTIFY_EVERY = 1 << 20  # the child is told how far records.bin is written at most every this many bytes
 RECORDS = "records.bin"
 KEYWORD_FIELDS = ("text", "title")  # what BM25 reads of a bit (host/keywords/postings.py)
-TAGS = "tag_ids.npy"  # each stored row's tag: written by the writer before it sends `finish`
+TAGS = ".file_tags.npy"  # each row's tag, file order: written by the writer before `whole`, removed after
 FEED_ROWS = 16_384  # records decoded at a time when reading records.bin here
 log = logging.getLogger("polymath_host.store")
 
@@ -71,7 +72,7 @@ class TextIndexer:
         self._told = 0  # bytes of records.bin the child has been told of
         self._size = 0
         self._builder: TextIndexBuilder | None = None
-        self._plan: TermPlan | None = None
+        self._postings: Postings | None = None
         self._order_file: str | None = None
         self._language = DEFAULT_LANGUAGE
         self._failed = False  # a child failed: the rest is done here
@@ -97,7 +98,7 @@ class TextIndexer:
         self._working_here = True
         try:
             self._builder = self._tokenized()
-            self._plan = prepare(self._builder, language)
+            self._postings = prepare(self._builder, self.folder, language)
         finally:
             self._working_here = False
 
@@ -119,8 +120,8 @@ class TextIndexer:
             self._tell(f"finish {order_file or ''}\n".encode())
         else:
             builder = self._builder or self._tokenized()
-            finish(builder, self._plan or prepare(builder, self._language), self.folder, order_file)
-            self._builder = self._plan = None
+            finish(builder, self._postings or prepare(builder, self.folder, self._language), self.folder, order_file)
+            self._builder = self._postings = None
 
     def wait(self) -> None:
         """Until the index is written; a child that failed is replaced by building it here."""
@@ -140,7 +141,7 @@ class TextIndexer:
         if answer.split()[-1:] != [b"done"] or code:
             self._give_up(f"exited with {code}")
             builder = self._tokenized()
-            finish(builder, prepare(builder, self._language), self.folder, self._order_file)
+            finish(builder, prepare(builder, self.folder, self._language), self.folder, self._order_file)
         self._close_errors()
         self._records.close()
 
@@ -209,24 +210,26 @@ class TextIndexer:
             self._child_errors = None
 
 
-def prepare(builder: TextIndexBuilder, language: str) -> TermPlan:
-    """What can be done before the rows' order is known: the vocabularies sorted, and the keyword
-    terms of the text and title analyzed in `language` (while the parent lays the vectors out)."""
+Postings = dict[str, np.ndarray]
+
+
+def prepare(builder: TextIndexBuilder, folder: Path, language: str) -> Postings:
+    """What can be done before the rows' order is known, while the parent lays the vectors out: the
+    vocabularies sorted, and the keyword postings of the text and title, rows in file order
+    (analyzed in `language`; the folder's TAGS file gives each row's tag)."""
     builder.prepare()
-    return plan_terms([builder.words[field].vocabulary() for field in KEYWORD_FIELDS], language)
-
-
-def finish(builder: TextIndexBuilder, plan: TermPlan, folder: Path, order_file: str | None) -> None:
-    """Write the index `builder` holds, for rows stored as `order_file` says (None: file order), with
-    the keyword postings of its text and title (the folder's TAGS file gives each stored row's tag),
-    merged from those fields' word positions."""
-    order = np.load(folder / order_file, allow_pickle=False) if order_file else None
     tag_ids = np.load(folder / TAGS, allow_pickle=False)
-    arrays = builder.finish(order)
-    words = assemble_text_index(arrays.__getitem__, len(tag_ids)).words
-    postings = build_postings([words[field] for field in KEYWORD_FIELDS], plan, tag_ids,
-                              int(tag_ids.max()) + 1 if len(tag_ids) else 1)
-    save_text_index({**arrays, **postings}, folder)
+    fields = [FieldWords(*builder.words[field].numbered()) for field in KEYWORD_FIELDS]
+    return build_postings(fields, tag_ids, int(tag_ids.max()) + 1 if len(tag_ids) else 1, language)
+
+
+def finish(builder: TextIndexBuilder, postings: Postings, folder: Path, order_file: str | None) -> None:
+    """Write the index `builder` holds, for rows stored as `order_file` says (None: file order), and
+    the keyword postings, mapped to the stored rows."""
+    order = np.load(folder / order_file, allow_pickle=False) if order_file else None
+    if order is not None:
+        postings = {**postings, f"{POSTINGS}stored_rows": stored_rows(order)}
+    save_text_index({**builder.finish(order), **postings}, folder)
 
 
 class Record(msgspec.Struct, gc=False):
@@ -260,7 +263,7 @@ def columns(records: list[Record]) -> dict[str, list[str]]:
 def serve_parent(folder: Path, records: IO[bytes], commands: IO[bytes], answers: IO[bytes]) -> int:
     """The child's side of the protocol (module docstring), reading `records` (records.bin as written)."""
     builder = TextIndexBuilder()
-    plan: TermPlan | None = None
+    postings: Postings | None = None
     done_bytes = done_rows = 0
     with records as handle:
         while line := commands.readline():
@@ -271,11 +274,11 @@ def serve_parent(folder: Path, records: IO[bytes], commands: IO[bytes], answers:
                     builder.add_columns(columns(read_records(handle, size - done_bytes, rows - done_rows)))
                     done_bytes, done_rows = size, rows
             elif what == "whole":
-                plan = prepare(builder, rest.strip())
+                postings = prepare(builder, folder, rest.strip())
                 answers.write(b"ready\n")
                 answers.flush()
             elif what == "finish":
-                finish(builder, plan or prepare(builder, DEFAULT_LANGUAGE), folder, rest.strip() or None)
+                finish(builder, postings or prepare(builder, folder, DEFAULT_LANGUAGE), folder, rest.strip() or None)
                 answers.write(b"done\n")
                 answers.flush()
                 return 0

@@ -54,6 +54,7 @@ from host.store import kernels
 from host.store.clusters import CLUSTER_FROM, Layout, plan_layout
 from host.store.codes import code_scale, encode
 from host.store.summary import RunningSummary, public_rows
+from host.store.text_process import TAGS as FILE_TAGS
 from host.store.text_process import TextIndexer
 
 STORE_FORMAT = 9  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json; 6: clustered layout; 7: this writer, codes;
@@ -158,6 +159,7 @@ class StoreWriter:
         # words (Python), unless a second process does that already: on two cores they overlap.
         layout_thread = self._in_background(lambda: self._plan(tag_ids == 0, step) if clustered else None)
         step("indexing text", 0.0)
+        np.save(folder / FILE_TAGS, tag_ids)  # for the keyword postings' per-tag counts, file order
         self._text.all_written(self._records_size, language)
         layout = layout_thread.result()
         release_free_memory()  # k-means' samples and the reading's buffers, freed but kept by malloc
@@ -165,7 +167,6 @@ class StoreWriter:
         step("writing", 0.0)
         if layout is not None:
             write_synced(folder / "source_rows.npy", partial(np.save, arr=layout.order))
-        write_synced(folder / "tag_ids.npy", partial(np.save, arr=tag_ids if order is None else tag_ids[order]))
         # The text index is finished in stored order (its process sorts ~8 bytes a word), the vectors
         # are rewritten on a thread and the records here, all at once.
         self._text.finish("source_rows.npy" if layout is not None else None)
@@ -187,6 +188,7 @@ class StoreWriter:
             "ids": arranged(np.frombuffer(bytes(self._ids), dtype="S32") if rows else np.zeros(0, "S32")),
             # The first 8 bytes of every id, sorted: telling whether libraries share a bit costs a
             # merge of these, not a sort of every id, when a host opens them (ModelIndex).
+            "tag_ids": arranged(tag_ids),
             "id_heads": np.sort(np.frombuffer(bytes(self._ids), dtype="<u8")[::4]) if rows else np.zeros(0, "<u8"),
             "record_offsets": record_offsets,
             "sign_codes": np.ascontiguousarray(arranged(signs).T),
@@ -200,6 +202,7 @@ class StoreWriter:
         sync(folder / "embeddings.npy")
         release_free_memory()  # the rewrite's buffers
         self._text.wait()
+        (folder / FILE_TAGS).unlink()
         meta = {
             "store_format": STORE_FORMAT,
             "name": name,
