@@ -209,3 +209,25 @@ def test_postings_that_disagree_with_their_offsets_are_refused() -> None:
     arrays["keywords.rows"] = arrays["keywords.rows"][:-1]
     with pytest.raises(ValueError, match="keyword postings are inconsistent"):
         open_keyword_index(arrays.__getitem__, 2, "english")
+
+
+def test_terms_sorted_as_fixed_bytes_equal_terms_sorted_as_strings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from host.constraints.sorted_strings import SortedStrings
+    from host.keywords import terms as terms_module
+
+    def vocabulary(words: list[str]) -> SortedStrings:
+        encoded = sorted({word.encode("utf-8") for word in words})
+        offsets = np.cumsum([0, *map(len, encoded)]).astype(np.int64)
+        return SortedStrings(np.frombuffer(b"".join(encoded), dtype=np.uint8), offsets)
+
+    fields = [vocabulary(["12", "007", "fishes", "fish", "the", "café", "x", "5", "٣", "日本"]),
+              vocabulary(["12", "9", "fishing", "whales", "a", "b7"])]
+    fixed = terms_module.vocabulary_terms(fields, "english")
+    monkeypatch.setattr(terms_module, "WIDEST_FIXED", 0)
+    by_strings = terms_module.vocabulary_terms(fields, "english")
+
+    assert bytes(fixed.data) == bytes(by_strings.data) and fixed.offsets.tolist() == by_strings.offsets.tolist()
+    assert [mapping.tolist() for mapping in fixed.maps] == [mapping.tolist() for mapping in by_strings.maps]
+    words = SortedStrings(fixed.data, fixed.offsets)
+    assert [word.decode() for word in words] == ["007", "12", "5", "9", "b7", "café", "fish", "whale", "٣", "日本"]
+    assert fields[0][int(np.flatnonzero(fixed.maps[0] == -1)[0])] in (b"the", b"x")

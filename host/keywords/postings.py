@@ -30,14 +30,13 @@ which bounds the block at A' too: a larger average only shortens every norm by a
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from host.constraints.sorted_strings import SortedStrings
-from host.keywords.analyzer import analyzer
+from host.keywords.terms import vocabulary_terms
 
 try:
     import host.keywords._postings as compiled
@@ -88,24 +87,13 @@ def build_postings(fields: Sequence[FieldWords], tag_ids: np.ndarray, tag_count:
     text and title are `fields`; `tag_ids`: each row's tag (file order), below `tag_count`. Their
     `stored_rows` is empty (rows stored as in the file) until `stored_rows` fills it."""
     rows = len(tag_ids)
-    words_of = analyzer(language)
-    term_of_word = [words_of.vocabulary_terms(vocabulary_strings(field.vocabulary)) for field in fields]
-    # Code point order is UTF-8's byte order: the terms sort as SortedStrings looks them up.
-    terms = sorted({term for terms in term_of_word for term in terms if term is not None})
-    number = {term: position for position, term in enumerate(terms)}
-    maps = [np.fromiter((-1 if term is None else number[term] for term in field_terms), dtype=np.int32,
-                        count=len(field_terms)) for field_terms in term_of_word]
-    del term_of_word, number
+    terms = vocabulary_terms([field.vocabulary for field in fields], language)
     tag_ids = np.ascontiguousarray(tag_ids, dtype=np.uint16)
     if compiled is not None and all(field.words.dtype == np.int32 for field in fields):
-        arrays = _counted_in_c(fields, maps, tag_ids, tag_count, len(terms))
+        arrays = _counted_in_c(fields, terms.maps, tag_ids, tag_count, terms.count)
     else:
-        arrays = _counted_in_numpy(fields, maps, tag_ids, tag_count, len(terms), rows)
-    encoded = [term.encode("utf-8", "surrogatepass") for term in terms]
-    term_bytes = np.zeros(len(encoded) + 1, dtype=np.int64)
-    np.cumsum([len(term) for term in encoded], out=term_bytes[1:])
-    arrays["terms"] = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-    arrays["term_bytes"] = term_bytes
+        arrays = _counted_in_numpy(fields, terms.maps, tag_ids, tag_count, terms.count, rows)
+    arrays["terms"], arrays["term_bytes"] = terms.data, terms.offsets
     arrays["stored_rows"] = np.zeros(0, dtype=np.int32)
     return {PREFIX + name: arrays[name] for name in ARRAYS}
 
@@ -116,15 +104,6 @@ def stored_rows(order: np.ndarray) -> np.ndarray:
     stored = np.empty(len(order), dtype=np.int32)
     stored[order] = np.arange(len(order), dtype=np.int32)
     return stored
-
-
-def vocabulary_strings(vocabulary: SortedStrings) -> list[str]:
-    """A word index's vocabulary as str, decoded at once when it is ASCII (most are)."""
-    data, offsets = np.asarray(vocabulary.data), np.asarray(vocabulary.offsets)
-    if not len(data) or int(data.max()) < 0x80:
-        joined = data.tobytes().decode("ascii")
-        return [joined[start:stop] for start, stop in itertools.pairwise(offsets.tolist())]
-    return [word.decode("utf-8", "surrogatepass") for word in vocabulary]
 
 
 def _counted_in_c(fields: Sequence[FieldWords], maps: list[np.ndarray], tag_ids: np.ndarray, tag_count: int,
