@@ -57,7 +57,7 @@ def vocabulary_terms(vocabularies: Sequence[SortedStrings], language: str) -> Te
         held = [at for at, term in enumerate(terms) if term is not None]
         pieces.append(np.array([terms[at] for at in held], dtype=width))
         owners.append((field, others[held]))
-    distinct, inverse = np.unique(np.concatenate(pieces), return_inverse=True)
+    distinct, inverse = _distinct(np.concatenate(pieces))
     maps = [np.full(len(vocabulary), -1, dtype=np.int32) for vocabulary in vocabularies]
     start = 0
     for (field, words), piece in zip(owners, pieces):
@@ -68,6 +68,18 @@ def vocabulary_terms(vocabularies: Sequence[SortedStrings], language: str) -> Te
     np.cumsum(lengths, out=offsets[1:])
     grid = distinct.view(np.uint8).reshape(len(distinct), widest)
     return Terms(grid[np.arange(widest) < lengths[:, np.newaxis]], offsets, maps)
+
+
+def _distinct(combined: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(combined, return_inverse=True), by a stable sort: the pieces are mostly sorted runs
+    (a vocabulary's digit words), which timsort merges in one pass where np.unique sorts them again."""
+    order = np.argsort(combined, kind="stable")
+    ordered = combined[order]
+    first = np.ones(len(ordered), dtype=bool)
+    first[1:] = ordered[1:] != ordered[:-1]
+    inverse = np.empty(len(combined), dtype=np.int64)
+    inverse[order] = np.cumsum(first) - 1
+    return ordered[first], inverse
 
 
 def _all_digits(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
