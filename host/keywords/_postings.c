@@ -692,10 +692,95 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(scores_doc,
+"scores(postings, weights, lengths, k1, b, average, rows, out)\n\n"
+"The BM25 score of each of `rows` (int32 file rows, any order) into `out` (float64): the parts of the\n"
+"terms it holds summed in the terms' order, the value `top` gives it, bit for bit; 0 where it holds\n"
+"none. postings, weights and lengths as top's.");
+
+static PyObject *scores(PyObject *module, PyObject *args) {
+    PyObject *postings, *weights_object, *lengths_object, *rows_object, *out_object;
+    double k1, b, average;
+    if (!PyArg_ParseTuple(args, "O!OOdddOO:scores", &PyList_Type, &postings, &weights_object, &lengths_object, &k1,
+                          &b, &average, &rows_object, &out_object))
+        return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(postings);
+    Buffer buffers[4] = {0};
+    Buffer *lists = PyMem_Calloc((size_t)(2 * count + 1), sizeof(Buffer));
+    int lists_held = 0;
+    PyObject *result = NULL;
+    if (!lists) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (take(weights_object, &buffers[0], 8, 0, 0, "weights") != 0 || take(lengths_object, &buffers[1], 4, 0, 0, "lengths") != 0 ||
+        take(rows_object, &buffers[2], 4, 0, 0, "rows") != 0 || take(out_object, &buffers[3], 8, 1, 0, "out") != 0)
+        goto done;
+    Py_ssize_t rows = items(&buffers[1]), asked = items(&buffers[2]);
+    if (items(&buffers[0]) != count || items(&buffers[3]) != asked || !(average > 0)) {
+        PyErr_SetString(PyExc_ValueError, "scores: the arguments do not fit together");
+        goto done;
+    }
+    const double *weights = buffers[0].view.buf;
+    const int32_t *lengths = buffers[1].view.buf, *wanted = buffers[2].view.buf;
+    double *out = buffers[3].view.buf;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *parts[4];
+        Py_ssize_t block;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(postings, i), "OOOOn:a term's postings", &parts[0], &parts[1], &parts[2],
+                              &parts[3], &block))
+            goto done;
+        if (take(parts[0], &lists[2 * i], 4, 0, 0, "rows") != 0 || take(parts[1], &lists[2 * i + 1], 2, 0, 0, "frequencies") != 0) {
+            lists_held = (int)(2 * i + 2);
+            goto done;
+        }
+        lists_held = (int)(2 * i + 2);
+        if (items(&lists[2 * i]) != items(&lists[2 * i + 1])) {
+            PyErr_SetString(PyExc_ValueError, "scores: a term's rows and frequencies differ in length");
+            goto done;
+        }
+    }
+    for (Py_ssize_t at = 0; at < asked; at++)
+        if (wanted[at] < 0 || wanted[at] >= rows) {
+            PyErr_SetString(PyExc_ValueError, "scores: a row is out of range");
+            goto done;
+        }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t at = 0; at < asked; at++) {
+        int32_t row = wanted[at];
+        double total = 0.0;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            const int32_t *term_rows = lists[2 * i].view.buf;
+            Py_ssize_t low = 0, high = items(&lists[2 * i]);
+            while (low < high) {
+                Py_ssize_t middle = low + (high - low) / 2;
+                if (term_rows[middle] < row)
+                    low = middle + 1;
+                else
+                    high = middle;
+            }
+            if (low < items(&lists[2 * i]) && term_rows[low] == row) {
+                double f = (double)((const uint16_t *)lists[2 * i + 1].view.buf)[low];
+                total += weights[i] * f / (f + k1 * (1.0 - b + b * (double)lengths[row] / average));
+            }
+        }
+        out[at] = total;
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    release(buffers, 4);
+    if (lists)
+        release(lists, lists_held);
+    PyMem_Free(lists);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"count", count, METH_VARARGS, count_doc},
     {"place", place, METH_VARARGS, place_doc},
     {"top", top, METH_VARARGS, top_doc},
+    {"scores", scores, METH_VARARGS, scores_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -7,7 +7,7 @@ memory); nothing is read until a query asks for a term.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple
 
@@ -15,6 +15,8 @@ import numpy as np
 
 from host.constraints.sorted_strings import SortedStrings
 from host.keywords.postings import ARRAYS, BLOCK, PREFIX, library_average
+
+REMEMBERED_TERMS = 1 << 16  # term lookups a library keeps
 
 
 class TermPostings(NamedTuple):
@@ -45,6 +47,7 @@ class KeywordIndex:
     block_offsets: np.ndarray
     block_last: np.ndarray
     block_bound: np.ndarray
+    _found: dict[str, int | None] = field(default_factory=dict, repr=False, compare=False)
 
     @cached_property
     def average(self) -> float:
@@ -60,8 +63,16 @@ class KeywordIndex:
         return SortedStrings(self.terms, self.term_bytes)
 
     def find(self, term: str) -> int | None:
-        """The number of `term` in this library, or None when no row holds it (a binary search)."""
-        return self.vocabulary.find(term.encode("utf-8", "surrogatepass"))
+        """The number of `term` in this library, or None when no row holds it: a binary search (~25 µs
+        in a million terms), remembered for the next query that says it."""
+        known = self._found.get(term, self)
+        if known is not self:
+            return known  # type: ignore[return-value]
+        found = self.vocabulary.find(term.encode("utf-8", "surrogatepass"))
+        if len(self._found) >= REMEMBERED_TERMS:
+            self._found.clear()  # a plain dict, emptied when full: threads may race here, to no harm
+        self._found[term] = found
+        return found
 
     def postings(self, term: int) -> TermPostings:
         start, stop = int(self.term_offsets[term]), int(self.term_offsets[term + 1])

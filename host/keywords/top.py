@@ -65,3 +65,26 @@ def _top_in_numpy(index: KeywordIndex, terms: Sequence[int], weights: np.ndarray
         candidates, stored, sums = candidates[kept], stored[kept], sums[kept]
     best = np.lexsort((candidates, -sums))[:k]  # candidates are file rows: ties in file order
     return stored[best], sums[best]
+
+
+def scores_of(index: KeywordIndex, terms: Sequence[int], weights: Sequence[float], average: float,
+              rows: np.ndarray) -> np.ndarray:
+    """The BM25 score of each of `rows` (file order; 0 where a row holds none of `terms`): the score
+    `top` gives it, bit for bit (the same parts, summed in the same order)."""
+    found = np.zeros(len(rows), dtype=np.float64)
+    if not terms or not len(rows):
+        return found
+    compiled = postings.compiled
+    if compiled is not None:
+        compiled.scores([(*index.postings(term), BLOCK) for term in terms], np.ascontiguousarray(weights, dtype=np.float64),
+                        index.lengths, K1, B, float(average), np.ascontiguousarray(rows, dtype=np.int32), found)
+        return found
+    norm = K1 * (1.0 - B + B * index.lengths[rows].astype(np.float64) / average)
+    for term, weight in zip(terms, weights):
+        held = index.postings(term)
+        at = np.searchsorted(held.rows, rows)
+        hit = at < len(held.rows)
+        hit[hit] = held.rows[at[hit]] == rows[hit]
+        frequency = held.frequencies[at[hit]].astype(np.float64)
+        found[hit] += weight * frequency / (frequency + norm[hit])
+    return found

@@ -31,7 +31,7 @@ from host.search.budget import FIRST_GUESS_FOR_TOKENS, GROWTH, CountType, apply_
 from host.search.engine import Search, rank
 from host.search.keywords import Weighted, keyword_scores, keyword_top
 
-POOL = 100  # bits taken from each ranking at least: the answer of a small budget never depends on its size
+POOL = 50  # bits taken from each ranking at least: the answer of a small budget never depends on its size
 DEFAULT_KEYWORD_WEIGHT = 0.5
 
 
@@ -83,13 +83,13 @@ def rank_fused(index: ModelIndex, vector: np.ndarray, weighted: Weighted, *, gra
         nearest_done = len(nearest.rows) < depth or (
             similarity_threshold is not None and bool(nearest.scores[-1] < similarity_threshold))
         exhausted = nearest_done and (len(keyword_rows) < depth or similarity_threshold is not None)
-        only_keywords = keyword_rows[~np.isin(keyword_rows, nearest.rows)]
+        near = set(nearest.rows.tolist())  # a set: np.isin takes 45 µs for two lists of 50
+        alone = np.fromiter((row not in near for row in keyword_rows.tolist()), dtype=bool, count=len(keyword_rows))
+        only_keywords = keyword_rows[alone]
         their_similarity = exact_scores(index.gather(only_keywords), vector) if len(only_keywords) else np.zeros(0, np.float32)
         rows = np.concatenate([nearest.rows, only_keywords]).astype(np.int64)
         similarities = np.concatenate([nearest.scores, their_similarity]).astype(np.float32)
-        keyword = keyword_scores(index, weighted, nearest.rows)
-        found_at = {int(row): score for row, score in zip(keyword_rows.tolist(), keyword_found.tolist())}
-        keyword = np.concatenate([keyword, [found_at[int(row)] for row in only_keywords.tolist()]]).astype(np.float64)
+        keyword = np.concatenate([keyword_scores(index, weighted, nearest.rows), keyword_found[alone]])
         fused, keyword_part = fuse(similarities, keyword, keyword_weight)
         keys = rows if index.tie_keys is None else index.tie_keys[rows]
         order = np.lexsort((keys, -similarities, -fused))

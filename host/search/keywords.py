@@ -28,8 +28,7 @@ import numpy as np
 from host.catalog.model_index import ModelIndex
 from host.keywords.analyzer import analyzer
 from host.keywords.index import KeywordIndex
-from host.keywords.postings import K1, B
-from host.keywords.top import top
+from host.keywords.top import scores_of, top
 from host.library.visibility import allowed_tag_ids
 from host.search.budget import FIRST_GUESS_FOR_TOKENS, GROWTH, CountType, apply_budget
 from host.store.compiled import keywords_of
@@ -127,20 +126,12 @@ def keyword_scores(index: ModelIndex, weighted: Weighted, rows: Sequence[int] | 
         mine = np.flatnonzero(owner == position)
         if not len(mine):
             continue
-        keywords = keywords_of(library)
         local = rows[mine] - int(index.offsets[position])  # stored rows; the postings' are in file order
         local = local if library.source_rows is None else library.source_rows[local]
-        lengths = keywords.lengths[local].astype(np.float64)
-        norm = K1 * (1.0 - B + B * lengths / weighted.average)
-        for weight, number in zip(weighted.weights, weighted.numbers[position]):
-            if number is None:
-                continue
-            postings = keywords.postings(number)
-            at = np.searchsorted(postings.rows, local)
-            found = at < len(postings.rows)
-            found[found] = postings.rows[at[found]] == local[found]
-            frequency = postings.frequencies[at[found]].astype(np.float64)
-            scores[mine[found]] += weight * frequency / (frequency + norm[found])
+        numbers = weighted.numbers[position]
+        held = [at for at, number in enumerate(numbers) if number is not None]
+        terms = [number for number in numbers if number is not None]
+        scores[mine] = scores_of(keywords_of(library), terms, weighted.weights[held].tolist(), weighted.average, local)
     return scores
 
 
