@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -166,6 +167,12 @@ def unbuilt_extensions(tree: Path) -> list[str]:
             if not list(source.parent.glob(f"{source.stem}.*.so"))]
 
 
+def _sample_loads(ended: threading.Event, loads: list[float]) -> None:
+    """The 1-minute load average every second until `ended` (the kernel updates it every 5 s)."""
+    while not ended.wait(1.0):
+        loads.append(os.getloadavg()[0])
+
+
 def run_once(side: Side, corpus: Path, out: Path, graphs: Path, round_number: int) -> Run:
     """One import by `side` in a child process; its figures."""
     environment = {**os.environ, "PYTHONPATH": str(side.tree), GRAPH_CACHE_VARIABLE: str(graphs)}
@@ -176,13 +183,14 @@ def run_once(side: Side, corpus: Path, out: Path, graphs: Path, round_number: in
         busy, started = _busy_seconds(), time.perf_counter()
         child = subprocess.Popen(side.command(corpus, out), cwd=side.tree, env=environment,
                                  stdout=subprocess.DEVNULL, stderr=errors)
-        while True:
-            pid, status, usage = os.wait4(child.pid, os.WNOHANG)
-            if pid:
-                break
-            time.sleep(1.0)
-            peak = max(peak, os.getloadavg()[0])
+        ended, loads = threading.Event(), [peak]
+        sampler = threading.Thread(target=_sample_loads, args=(ended, loads), daemon=True)
+        sampler.start()
+        _, status, usage = os.wait4(child.pid, 0)  # blocks: the wall time is the child's to the millisecond
         seconds, busy = time.perf_counter() - started, _busy_seconds() - busy
+        ended.set()
+        sampler.join()
+        peak = max(loads)
         child.returncode = os.waitstatus_to_exitcode(status)
         errors.seek(0)
         said = errors.read()
