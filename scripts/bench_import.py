@@ -7,8 +7,9 @@
 The corpus is scripts/benchmarks/importing.py's generator (300 documents: 1,844 chunks of at most
 250 tokens). How the sides run and what is recorded: scripts/benchmarks/import_rounds.py. The
 report is Markdown on stdout; it ends with the ratios, or, when a 1-minute load average sampled
-over the runs exceeded the core count, with one line saying so instead, and the command exits 1
-(it stops at the first such run unless --any-load asks for every round anyway).
+over the runs exceeded the core count while other processes used a tenth of a core or more, with
+one line saying so instead, and the command exits 1 (it stops at the first such run unless
+--any-load asks for every round anyway).
 """
 
 from __future__ import annotations

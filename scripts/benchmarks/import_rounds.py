@@ -13,9 +13,12 @@ shared machine does over the minutes touches every side alike.
 For each run: wall seconds, the child's CPU seconds (user + sys, its own children included, from
 wait4), the 1-minute load average before it and the highest sampled while it ran (every second),
 and the CPU seconds the rest of the machine used meanwhile (/proc/stat's busy time less the
-child's). No ratio is given when a 1-minute load sampled over the runs exceeded the core count:
-a side measured then measures its neighbours as much as itself (the 3.65x this replaced came from
-a baseline run at load 6.3, where the old importer's one two-thread model run suffered most).
+child's). No ratio is given when a 1-minute load sampled over the runs exceeded the core count
+while other processes were at work (a tenth of a core or more): a side measured then measures its
+neighbours as much as itself (the 3.65x this replaced came from a baseline run at load 6.3, where
+the old importer's one two-thread model run suffered most). The importer alone may lift the load
+past the core count on a small machine (its model runs fill every core, and its reading process
+and Python threads come on top): that is no neighbour, so it alone refuses nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from .report import ROOT, say
 BEFORE_21 = "cf63ff1"  # the last commit before issue 21 ("Import at the speed of the hardware"; its first is 9c63dd2)
 GRAPH_CACHE_VARIABLE = "POLYMATH_HOST_CACHE_DIR"  # both sides read it (host/embedders/graph_cache.py)
 SUMMARY = re.compile(r"(\d+) chunks, .*; embedded (\d+)(?: \((\d+) distinct texts\))?")
+OTHERS_AT_WORK = 0.1  # cores: other processes using less while a run lasts leave it alone (quiet: 0.01-0.02)
 CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
 
 
@@ -78,19 +82,24 @@ class Rounds:
     runs: list[Run] = field(default_factory=list)
     load_after: list[float] = field(default_factory=list)
 
-    @property
-    def highest_load(self) -> float:
-        return max([run.load_peak for run in self.runs] + [run.load_before[0] for run in self.runs], default=0.0)
+    def loud(self, run: Run) -> bool:
+        """Whether the 1-minute load average went above the core count before or during `run` while other
+        processes were at work (a tenth of a core or more). The importer alone can take the load past the
+        core count (two model runs on two cores, its reading process, its Python threads: 2.51 on 2
+        cores with others at 0.01 of a core); that load is its own and distorts nothing."""
+        return (max(run.load_before[0], run.load_peak) > self.cores
+                and run.others_cpu_seconds >= OTHERS_AT_WORK * run.seconds)
 
     def refusal(self) -> str | None:
         """One line saying why no ratio may be reported, or None."""
-        loud = [run for run in self.runs if max(run.load_before[0], run.load_peak) > self.cores]
+        loud = [run for run in self.runs if self.loud(run)]
         if not loud:
             return None
-        worst = max(loud, key=lambda run: max(run.load_before[0], run.load_peak))
+        worst = max(loud, key=lambda run: run.others_cpu_seconds / run.seconds)
         return (f"import rounds: no ratio: the 1-minute load average reached {max(worst.load_before[0], worst.load_peak):.2f}"
-                f" before or during run {self.runs.index(worst) + 1} ({worst.side}, round {worst.round}), above the {self.cores} "
-                "cores; run again when the machine is quiet (`cat /proc/loadavg`)")
+                f" in run {self.runs.index(worst) + 1} ({worst.side}, round {worst.round}), above the {self.cores} cores, "
+                f"while other processes used {worst.others_cpu_seconds / worst.seconds:.2f} of a core; run again when the "
+                "machine is quiet (`cat /proc/loadavg`)")
 
     def ratios(self, side: str) -> list[float]:
         """The before side's seconds over `side`'s, round by round (the pair measured minutes apart)."""
