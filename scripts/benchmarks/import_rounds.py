@@ -259,7 +259,7 @@ def report_rounds(rounds: Rounds, command: str) -> list[str]:
     for index, run in enumerate(rounds.runs, 1):
         lines.append(f"| {index} | {run.side} | {run.chunks:,} | {run.seconds:.1f} | {run.cpu_seconds:.1f} | "
                      f"{', '.join(f'{value:.2f}' for value in run.load_before)} | {run.load_peak:.2f} | "
-                     f"{run.others_cpu_seconds:.0f} |")
+                     f"{run.others_cpu_seconds:.1f} |")
     lines += ["", f"Load after the last run: {', '.join(f'{value:.2f}' for value in rounds.load_after)}.", ""]
     if (refused := rounds.refusal()) is not None:
         return [*lines, refused]
