@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from components import PROJECT, unavailable
+from librarian import TEST_MODEL, make_library, unit_vectors, write_library
 
+from host.cli import main
 from host.service.harness import free_port
 
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing-key-id", "AWS_SECRET_ACCESS_KEY": "testing-secret-key",
@@ -107,3 +109,16 @@ def publish(source: Path, destination: str, *options: str, env: Mapping[str, str
     return subprocess.run([sys.executable, "-m", "host", "publish", str(source), destination, *options],
                           capture_output=True, text=True, timeout=120, cwd=cwd,
                           env={**os.environ, "PYTHONPATH": str(PROJECT), **(env or {})})
+
+
+def library_folder(root: Path, **versions: int) -> Path:
+    """Libraries named by the keywords, each of three bits whose vectors follow its version: a new
+    version is a changed library."""
+    for name, version in versions.items():
+        write_library(root / f"{name}.json", make_library(unit_vectors(3, seed=version), model=TEST_MODEL))
+    return root
+
+
+def publish_now(source: Path, destination: Path, *options: str) -> None:
+    """`publish SOURCE DESTINATION OPTIONS...` in this process, quietly; it must succeed."""
+    assert main(["publish", str(source), str(destination), "--quiet", *options]) == 0

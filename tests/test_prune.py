@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from librarian import TEST_MODEL, make_library, unit_vectors, write_library
+from origin_support import library_folder, publish_now
 
 from host.catalog.replica import Replica
 from host.cli import main
@@ -26,16 +26,6 @@ from host.origin.manifest import MANIFEST_KEY, parse_manifest
 from host.origin.pruning import plan_prune
 
 HOUR = 3600.0
-
-
-def library_folder(root: Path, **versions: int) -> Path:
-    for name, version in versions.items():
-        write_library(root / f"{name}.json", make_library(unit_vectors(3, seed=version), model=TEST_MODEL))
-    return root
-
-
-def publish_now(source: Path, destination: Path, *options: str) -> None:
-    assert main(["publish", str(source), str(destination), "--quiet", *options]) == 0
 
 
 def stored(destination: Path) -> set[str]:

@@ -20,8 +20,7 @@ import pytest
 from components import PROJECT
 from conftest import start_host
 from forgery import BucketWriter
-from librarian import TEST_MODEL, make_library, unit_vectors, write_library
-from origin_support import wait_for_port
+from origin_support import library_folder, publish_now, wait_for_port
 
 from access import AccessControl, TokenRejected
 from host.catalog.replica import Replica
@@ -43,16 +42,6 @@ from host.origin.signatures import (
 from host.service.harness import child_environment, free_port
 
 MANIFEST = b'{"format": "polymath-host/published-1", "libraries": []}\n'
-
-
-def library_folder(root: Path, **versions: int) -> Path:
-    for name, version in versions.items():
-        write_library(root / f"{name}.json", make_library(unit_vectors(3, seed=version), model=TEST_MODEL))
-    return root
-
-
-def publish_now(source: Path, destination: Path, *options: str) -> None:
-    assert main(["publish", str(source), str(destination), "--quiet", *options]) == 0
 
 
 @pytest.fixture
