@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import zipfile
 import zlib
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 from host.importer.errors import ImporterError
@@ -24,26 +25,27 @@ from host.importer.errors import ImporterError
 MEMBER_LIMIT = 1 << 30
 
 
-class Archive:
-    """The files of an export, by `/`-separated name relative to its root."""
+class Archive(ABC):
+    """The files of an export, by `/`-separated name relative to its root: a zip or a folder."""
 
+    @abstractmethod
     def names(self) -> list[str]:
-        raise NotImplementedError
+        """Every file's name, sorted."""
 
+    @abstractmethod
     def has(self, name: str) -> bool:
         """Whether `name` is a file of the export, or a folder when `name` ends in `/`."""
-        raise NotImplementedError
 
+    @abstractmethod
     def read(self, name: str) -> bytes:
         """The member's bytes; ImporterError (naming it) when it is missing, damaged or too large."""
-        raise NotImplementedError
 
     def first_in(self, folder: str, suffix: str) -> str | None:
         """The first file (by name) directly in `folder` (ending in `/`) whose name ends in `suffix`."""
         return next((name for name in self.names() if name.startswith(folder) and "/" not in name[len(folder):]
                      and name.endswith(suffix)), None)
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a folder has nothing to release; a zip overrides it
         """Release the file; an archive is closed once its export has been read."""
 
 
@@ -91,7 +93,8 @@ class ZipArchive(Archive):
                 data = member.read(MEMBER_LIMIT + 1)
         except (zipfile.BadZipFile, zlib.error, EOFError) as problem:
             raise ImporterError(f"{name}: damaged in the zip ({problem})") from None
-        except (RuntimeError, NotImplementedError) as problem:  # encrypted, or a compression zipfile lacks
+        # zipfile raises RuntimeError for an encrypted member, NotImplementedError for a compression it lacks
+        except (RuntimeError, NotImplementedError) as problem:
             raise ImporterError(f"{name}: cannot be read from the zip ({problem})") from None
         if len(data) > MEMBER_LIMIT:
             raise ImporterError(f"{name}: larger than the {MEMBER_LIMIT:,} bytes read from one member")
