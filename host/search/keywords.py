@@ -19,6 +19,7 @@ query of ten thousand words costs what one of MOST_TERMS does; the answer says s
 from __future__ import annotations
 
 import math
+import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ from host.library.visibility import allowed_tag_ids
 from host.search.budget import FIRST_GUESS_FOR_TOKENS, GROWTH, CountType, apply_budget
 from host.store.compiled import keywords_of
 
+REMEMBERED_QUERIES = 256  # weighed queries kept (`weigh`)
+_WEIGHED: dict[tuple[int, str, frozenset[str]], tuple[weakref.ref[ModelIndex], Weighted]] = {}
 MOST_TERMS = 128  # distinct terms of a query: CISI's longest judged query has 134, its median 25
 
 
@@ -54,7 +57,22 @@ class Weighted:
 
 
 def weigh(index: ModelIndex, text: str, granted: frozenset[str]) -> Weighted:
-    """The query's terms and weights from the statistics of the bits a caller holding `granted` may see."""
+    """The query's terms and weights from the statistics of the bits a caller holding `granted` may see.
+
+    The last few are remembered: `POST /` weighs a query to decide where to answer it (the weights
+    tell how much it reads), then the query core weighs it again to answer."""
+    key = (id(index), text, granted)
+    remembered = _WEIGHED.get(key)
+    if remembered is not None and remembered[0]() is index:  # the very index, not a later one at its address
+        return remembered[1]
+    weighted = _weighed(index, text, granted)
+    if len(_WEIGHED) >= REMEMBERED_QUERIES:
+        _WEIGHED.clear()  # a plain dict emptied when full: threads may race here, to no harm
+    _WEIGHED[key] = (weakref.ref(index), weighted)  # weak: a replaced generation's maps are let go
+    return weighted
+
+
+def _weighed(index: ModelIndex, text: str, granted: frozenset[str]) -> Weighted:
     libraries = [keywords_of(library) for library in index.libraries]
     allowed = [_allowed(keywords, library.tags, granted) for keywords, library in zip(libraries, index.libraries)]
     visible_rows = sum(int(keywords.tag_rows[tags].sum()) for keywords, tags in zip(libraries, allowed))
