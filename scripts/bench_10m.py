@@ -46,6 +46,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from benchmarks.measure import cpu_seconds  # noqa: E402
 
 from host.service.harness import child_environment, host_command, spawn_host  # noqa: E402
 
@@ -181,20 +184,6 @@ def memory_of(pids: list[int]) -> list[dict[str, float]]:
         except (OSError, psutil.Error):
             continue
     return found
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """CPU time (user + system) the processes have used: what a restart costs whatever the load."""
-    import psutil
-
-    total = 0.0
-    for pid in pids:
-        try:
-            times = psutil.Process(pid).cpu_times()
-            total += times.user + times.system
-        except psutil.Error:
-            continue
-    return total
 
 
 def step_serve(libraries: Path, cache: Path, workdir: Path, workers: int, restarts: int) -> dict[str, Any]:

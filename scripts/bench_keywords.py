@@ -50,6 +50,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from benchmarks.import_rounds import cpu_description  # noqa: E402
+from benchmarks.measure import cpu_seconds  # noqa: E402
 from synthetic_library import CHUNK, Recipe, centres, chunk, texts  # noqa: E402
 
 from host.keywords.analyzer import ENGLISH_STOP_WORDS  # noqa: E402
@@ -78,10 +80,7 @@ def settle(most: float = 240) -> None:
 
 
 def cpu_features() -> str:
-    flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").exists() else set()
-    if {"avx512f", "avx512_vnni"} <= flags:
-        return "AVX-512 with VNNI"
-    return "AVX2" if "avx2" in flags else "no AVX2"
+    return str(cpu_description()["vector"])
 
 
 def recipe_of(folder: Path) -> Recipe:
@@ -161,19 +160,6 @@ class Poster:
             raise SystemExit(f"POST / answered {response.status}: {body[:300]!r}")
         answer: dict[str, Any] = json.loads(body)
         return answer
-
-
-def server_cpu(host: RunningHost) -> float:
-    import psutil
-
-    total = 0.0
-    for pid in host.pids():
-        try:
-            times = psutil.Process(pid).cpu_times()
-            total += times.user + times.system
-        except psutil.Error:
-            pass
-    return total
 
 
 def alternate(sides: dict[str, Callable[[str], Any]], queries: list[str], rounds: int,
@@ -266,7 +252,7 @@ def keyword(args: argparse.Namespace) -> None:
             tantivy_search(query)
         settle()
         results, per_round = alternate({"ours over HTTP": ours, "tantivy in process": tantivy_search}, queries,
-                                       args.rounds, {"ours over HTTP": lambda: server_cpu(host),
+                                       args.rounds, {"ours over HTTP": lambda: cpu_seconds(host.pids()),
                                                      "tantivy in process": time.process_time})
         print(f"## keyword top 10, {recipe.bits:,} bits ({cpu_features()})\n")
         print(table(results, per_round, "ours over HTTP", "tantivy in process"))
@@ -289,7 +275,7 @@ def hybrid(args: argparse.Namespace) -> None:
             by_vector(query)
             by_default(query)
         settle()
-        cpu = {"hybrid (default)": lambda: server_cpu(host), "vector": lambda: server_cpu(host)}
+        cpu = {"hybrid (default)": lambda: cpu_seconds(host.pids()), "vector": lambda: cpu_seconds(host.pids())}
         results, per_round = alternate({"hybrid (default)": by_default, "vector": by_vector}, queries, args.rounds, cpu)
         print(f"## a text query's top 10, {recipe.bits:,} bits: hybrid (default) against vector ({cpu_features()})\n")
         print(table(results, per_round, "hybrid (default)", "vector"))

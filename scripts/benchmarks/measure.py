@@ -17,6 +17,20 @@ from .report import summary
 EVERYONE: frozenset[str] = frozenset()  # the synthetic libraries have no private bits
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time (user + system) these processes have used: what a server spent, whatever the load."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
+            continue
+    return total
+
+
 def interleaved(functions: dict[str, Callable[[np.ndarray], Any]], queries: np.ndarray, repetitions: int,
                 budget: float) -> dict[str, dict[str, float]]:
     """Time each function on the same queries, in rotating order, bounded by count and time."""
