@@ -28,7 +28,7 @@ from host.search.engine import EXACT, Search, rank
 from host.search.query import Query, SearchPolicy, run_query
 from host.store import clusters
 from host.store.clusters import CLUSTER_FROM, plan_layout
-from host.store.compiled import CompiledLibrary, SourceKey, StoreError, file_sha256, open_compiled, write_compiled
+from host.store.compiled import Segment, SourceKey, StoreError, file_sha256, open_segment, write_compiled
 from host.web.responses import render_json
 
 DIMENSION = 32
@@ -52,17 +52,17 @@ def library_file(path: Path, vectors: np.ndarray, *, tags: list[str | None] | No
     return write_library(path, {"version": 1, "embedding_model": TEST_MODEL, "bits": bits})
 
 
-def compile_file(path: Path, cluster_from: int, folder: Path | None = None) -> CompiledLibrary:
+def compile_file(path: Path, cluster_from: int, folder: Path | None = None) -> Segment:
     """Compile `path` as the store does, with clusters from `cluster_from` bits."""
     folder = folder or path.parent / ".compiled" / path.stem
     stat = path.stat()
     key = SourceKey(size=stat.st_size, mtime_ns=stat.st_mtime_ns, sha256=file_sha256(path))
     write_compiled(parse_library(json.loads(path.read_text())), folder, key, path.stem, cluster_from=cluster_from)
-    return open_compiled(folder, path)
+    return open_segment(folder)
 
 
-def index_of(*libraries: CompiledLibrary) -> ModelIndex:
-    return ModelIndex.build(libraries)
+def index_of(*libraries: Segment) -> ModelIndex:
+    return ModelIndex.of_segments(libraries)
 
 
 def rendered(index: ModelIndex, query: np.ndarray, **arguments: Any) -> bytes:
@@ -163,7 +163,7 @@ def test_a_damaged_layout_is_refused(tmp_path: Path) -> None:
     np.save(folder / "source_rows.npy", damaged)
 
     with pytest.raises(StoreError, match="not a permutation"):
-        open_compiled(folder, path)
+        open_segment(folder)
 
 
 # ---- exact search is unchanged ------------------------------------------------------------------

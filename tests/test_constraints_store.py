@@ -90,5 +90,5 @@ def test_a_damaged_text_index_is_rebuilt_not_trusted(tmp_path: Path, damage) -> 
     library, compiled_now = load_library(source, folder, name="lib")
     assert compiled_now
     assert library.text_index is not None
-    index = ModelIndex.build((library,))
+    index = ModelIndex.of_segments((library,))
     assert constraint_mask(parse_constraint('"the earth"'), index).tolist() == [True, True, False, True]

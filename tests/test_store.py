@@ -19,7 +19,7 @@ from librarian import TEST_MODEL, b64, make_bit, make_library, unit_vectors, wri
 from host.library.canonical import canonical_id
 from host.library.format import parse_library
 from host.library.problems import LibraryFormatError
-from host.store.compiled import CompiledLibrary, StoreError, compile_library, file_sha256, load_library, open_compiled
+from host.store.compiled import Segment, StoreError, compile_library, file_sha256, load_library, open_segment
 
 COMPILED_FILES = {  # at least these; the store may add more arrays
     "embeddings.npy", "token_counts.npy", "tag_ids.npy", "ids.npy",
@@ -36,7 +36,7 @@ def compiled_folder(source: Path) -> Path:
     return source.parent / ".compiled" / source.stem
 
 
-def load(source: Path, **options) -> tuple[CompiledLibrary, bool]:
+def load(source: Path, **options) -> tuple[Segment, bool]:
     return load_library(source, compiled_folder(source), name=source.stem, **options)
 
 
@@ -295,7 +295,7 @@ def test_corrupt_compiled_folder_is_refused_when_opened(source, corrupt):
     corrupt(compiled_folder(source))
 
     with pytest.raises(StoreError):
-        open_compiled(compiled_folder(source), source)
+        open_segment(compiled_folder(source))
 
 
 @pytest.mark.parametrize("corrupt", CORRUPTIONS.values(), ids=CORRUPTIONS.keys())
@@ -308,7 +308,7 @@ def test_corrupt_compiled_folder_is_rebuilt_not_trusted(source, corrupt):
     assert compiled_now
     assert library.bit_count == 3 and library.token_counts.tolist() == [5, 7, 9]
     assert library.record(2)["info"]["url"] == "https://example.com/2"
-    open_compiled(compiled_folder(source), source)  # the rebuilt folder is whole
+    open_segment(compiled_folder(source))  # the rebuilt folder is whole
 
 
 # ---- tidiness and limits -------------------------------------------------------------------------

@@ -123,7 +123,8 @@ class LibraryWatcher:
     def reload(self) -> Catalog:
         started = time.perf_counter()
         previous = self.host.catalog
-        catalog = load_catalog(self.root, cache_dir=self.cache_dir, previous=previous, max_bytes=self.max_bytes)
+        catalog = load_catalog(self.root, cache_dir=self.cache_dir, previous=previous, max_bytes=self.max_bytes,
+                               digests=self.replica.digests() if self.replica is not None else None)
         for problem in catalog.problems:
             log.error("library not loaded: %s", problem)
         self.host.install(catalog)

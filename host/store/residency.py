@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from host.store.compiled import CompiledLibrary
+from host.store.compiled import Segment
 from host.store.kernels import BUILT as COMPILED_LOOPS
 
 MADV_POPULATE_READ = 22  # linux/mman.h (5.14+); Python's mmap module does not name it
@@ -69,7 +69,7 @@ def default_populate_bytes() -> int:
     return physical_memory() // 2
 
 
-def mapped_arrays(library: CompiledLibrary, *, codes: bool = False) -> list[np.ndarray]:
+def mapped_arrays(library: Segment, *, codes: bool = False) -> list[np.ndarray]:
     """The memory-mapped arrays a query of this library reads, what it scans first: its floats, or
     a clustered library's 8-bit codes where they are scanned (`scanned_array`). With `codes` (a
     model too large for its floats to be kept in memory, host/search/query.py's SearchPolicy) its
@@ -82,17 +82,17 @@ def mapped_arrays(library: CompiledLibrary, *, codes: bool = False) -> list[np.n
     return [array for array in arrays if array.nbytes and _is_mapped(array)]
 
 
-def scanned_array(library: CompiledLibrary, *, codes: bool = False) -> np.ndarray:
+def scanned_array(library: Segment, *, codes: bool = False) -> np.ndarray:
     """What a query of `library` scans: its 8-bit codes where it has them and they are scanned (the
     compiled code scan is built, or with `codes`), else its floats."""
     return library.codes if (codes or COMPILED_LOOPS) and library.codes is not None else library.embeddings
 
 
-def mapped_bytes(library: CompiledLibrary, *, codes: bool = False) -> int:
+def mapped_bytes(library: Segment, *, codes: bool = False) -> int:
     return sum(array.nbytes for array in mapped_arrays(library, codes=codes))
 
 
-def codes_scanned(libraries: Iterable[CompiledLibrary], budget: int) -> set[int]:
+def codes_scanned(libraries: Iterable[Segment], budget: int) -> set[int]:
     """The ids of the libraries whose model is scanned through its codes: its floats (every library
     of the model together) take more than `budget` bytes, as SearchPolicy decides with --populate-bytes."""
     floats: dict[str, int] = {}
@@ -233,10 +233,10 @@ class Residency:
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
-        self._populated: dict[int, tuple[CompiledLibrary, int]] = {}  # id -> (library, bytes): those served
+        self._populated: dict[int, tuple[Segment, int]] = {}  # id -> (library, bytes): those served
         self._lock = threading.Lock()
 
-    def admit(self, libraries: Iterable[CompiledLibrary]) -> Populated:
+    def admit(self, libraries: Iterable[Segment]) -> Populated:
         """Populate the maps of `libraries` (the generation about to be served) not populated yet,
         while the total populated stays within the budget. Libraries no longer served stop counting."""
         started = time.perf_counter()
@@ -268,5 +268,5 @@ class Residency:
         done.seconds = time.perf_counter() - started
         return done
 
-    def is_populated(self, library: CompiledLibrary) -> bool:
+    def is_populated(self, library: Segment) -> bool:
         return id(library) in self._populated

@@ -55,7 +55,7 @@ class HostState:
         self._describe(catalog)
 
     def _populate(self, catalog: Catalog) -> None:
-        populated = self.residency.admit(catalog.libraries)
+        populated = self.residency.admit(catalog.segments)
         if populated.libraries or (populated.left and self.residency.budget):
             log.info("%s", populated.describe(self.residency.budget))
 

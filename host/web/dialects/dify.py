@@ -35,11 +35,11 @@ from typing import Any, TypeGuard
 from starlette.requests import Request
 from starlette.responses import Response
 
+from host.catalog.libraries import Library
 from host.constraints import ConstraintError, Everything, parse_dify_condition
 from host.library.json_text import parse_json
 from host.search.fusion import DEFAULT_KEYWORD_WEIGHT
 from host.search.query import MODES, Mode
-from host.store.compiled import CompiledLibrary
 from host.web.caller import Caller, request_caller
 from host.web.dialects.passages import Passage, find_passages, visible_library
 from host.web.errors import HTTPError
@@ -125,7 +125,7 @@ def request_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def knowledge(state: HostState, caller: Caller, knowledge_id: Any) -> list[CompiledLibrary]:
+def knowledge(state: HostState, caller: Caller, knowledge_id: Any) -> list[Library]:
     """The libraries `knowledge_id` names (one, or several separated by commas), all visible to the caller."""
     if not isinstance(knowledge_id, str):
         raise bad_request("knowledge_id is required: a library name, or several separated by commas")

@@ -32,6 +32,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
+from host.catalog.libraries import Library
 from host.constraints import Node
 from host.embedders.errors import EmbedderError
 from host.library.omit import parse_omit
@@ -41,7 +42,6 @@ from host.search.engine import Selection
 from host.search.errors import QueryError
 from host.search.fusion import DEFAULT_KEYWORD_WEIGHT
 from host.search.query import Mode, Query, choose_model, run_query
-from host.store.compiled import CompiledLibrary
 from host.web.caller import Caller
 from host.web.query_endpoint import check_answer_size
 from host.web.state import HostState
@@ -51,8 +51,7 @@ WITHOUT_EMBEDDING = parse_omit("embedding")
 
 @dataclass(frozen=True)
 class Passage:
-    library: CompiledLibrary
-    row: int  # the bit's row in its library
+    library: Library
     bit: dict[str, Any]  # as POST / answers it: id, text, token_count, similarity and score when it has them, info
     score: float  # the rank score, 0-1 (see the module's docstring)
 
@@ -62,13 +61,13 @@ class Passage:
         return info if isinstance(info, dict) else {}
 
 
-def visible_library(state: HostState, caller: Caller, name: str) -> CompiledLibrary | None:
+def visible_library(state: HostState, caller: Caller, name: str) -> Library | None:
     """The library of that name if this caller may see a bit of it; None exactly as if there were none."""
     library = state.catalog.library(name)
     return library if library is not None and library.visible_bit_count(caller.access_tags) else None
 
 
-def one_model(libraries: Sequence[CompiledLibrary]) -> str:
+def one_model(libraries: Sequence[Library]) -> str:
     """The embedding model the libraries share; a QueryError when they do not."""
     models = sorted({library.embedding_model for library in libraries})
     if len(models) > 1:
@@ -77,7 +76,7 @@ def one_model(libraries: Sequence[CompiledLibrary]) -> str:
     return models[0]
 
 
-async def find_passages(state: HostState, caller: Caller, libraries: Sequence[CompiledLibrary], question: str,
+async def find_passages(state: HostState, caller: Caller, libraries: Sequence[Library], question: str,
                         count: int, *, score_threshold: float = 0.0, constraint: Node | None = None,
                         mode: Mode | None = None, keyword_weight: float = DEFAULT_KEYWORD_WEIGHT) -> list[Passage]:
     """The best `count` bits of `libraries` for `question` that this caller may see, best first.
@@ -108,9 +107,9 @@ async def find_passages(state: HostState, caller: Caller, libraries: Sequence[Co
                                                 passage_scores(selection, mode), strict=True):
             if threshold is not None and score < threshold:
                 break  # keyword mode: the scores fall as BM25 does
-            library, local = index.locate(row)
-            bit = result_bit(library, local, WITHOUT_EMBEDDING, similarity=similarity, score=rank)
-            passages.append(Passage(library, local, bit, score))
+            segment, local = index.locate(row)
+            bit = result_bit(segment, local, WITHOUT_EMBEDDING, similarity=similarity, score=rank)
+            passages.append(Passage(index.library_of(row), bit, score))
         return passages
 
     return await run_in_threadpool(compute)

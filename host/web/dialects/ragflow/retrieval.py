@@ -239,21 +239,21 @@ def render(selection: Selection, chosen: list[Dataset], question: str, options: 
     fused = vector_similarity if selection.ranks is None else selection.ranks  # no keyword: by meaning alone
     term = np.zeros(len(selection.rows)) if selection.keyword_scores is None else selection.keyword_scores
     by_library = {dataset.library.name: dataset for dataset in chosen}
-    owners = np.searchsorted(index.offsets, selection.rows, side="right") - 1
-    locals_ = selection.rows - index.offsets[owners]
-    datasets = [by_library[index.libraries[owner].name] for owner in owners.tolist()]
+    segments = np.searchsorted(index.offsets, selection.rows, side="right") - 1
+    locals_ = selection.rows - index.offsets[segments]
+    datasets = [by_library[index.library_of(row).name] for row in selection.rows.tolist()]
     values = [dataset.value_of_row(row) for dataset, row in zip(datasets, locals_.tolist())]
     question_words = frozenset(words(question))
     start = (options.page - 1) * options.page_size
     chunks = []
     for position in range(start, min(start + options.page_size, len(selection.rows))):
         dataset, row = datasets[position], int(locals_[position])
-        record = dataset.library.record(row)
+        record = dataset.segment.record(row)
         raw_info = record.get("info")
         info: dict[str, Any] = raw_info if isinstance(raw_info, dict) else {}
         url = str(info.get("url", ""))
         chunk: dict[str, Any] = {
-            "id": dataset.library.bit_id(row), "content": record.get("text", ""),
+            "id": dataset.segment.bit_id(row), "content": record.get("text", ""),
             "document_id": dataset.document_id(values[position]), "document_keyword": url, "document_name": url,
             "dataset_id": dataset.id, "image_id": "", "important_keywords": [], "questions": [], "tag_kwd": [],
             "positions": [], "doc_type_kwd": "",
