@@ -144,12 +144,12 @@ def test_a_clustered_library_holds_every_bit_of_the_file_and_publishes_them_in_f
     library = compile_file(path, cluster_from=100)
 
     assert library.source_rows is not None and library.source_rows.tolist() != list(range(500))
-    file_rows = library.rows_in_file_order()
+    file_rows = library.stored_rows_in_file_order
     np.testing.assert_array_equal(library.embeddings[file_rows], parsed.embeddings)
     assert [library.bit_id(row) for row in file_rows.tolist()] == parsed.ids
     assert [library.record(row) for row in file_rows.tolist()] == parsed.records
     assert library.token_counts[file_rows].tolist() == parsed.token_counts.tolist()
-    published = publish_library(library, NOBODY)
+    published = publish_library(ModelIndex.of_segments((library,)).libraries[0], NOBODY)
     assert [bit["text"] for bit in published["bits"]] == [record["text"] for record in parsed.records]
 
 
@@ -192,9 +192,9 @@ def test_exact_ties_break_in_file_order_on_a_clustered_store(pair: tuple[ModelIn
 
 
 def make_bit_id(index: ModelIndex, file_row: int) -> str:
-    library = index.libraries[0]
-    stored = int(np.flatnonzero(library.source_rows == file_row)[0]) if library.source_rows is not None else file_row
-    return library.bit_id(stored)
+    segment = index.segments[0]
+    stored = int(np.flatnonzero(segment.source_rows == file_row)[0]) if segment.source_rows is not None else file_row
+    return segment.bit_id(stored)
 
 
 # ---- the cluster search ---------------------------------------------------------------------------

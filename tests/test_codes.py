@@ -64,7 +64,7 @@ def clustered(tmp_path: Path) -> ModelIndex:
 
 def test_a_clustered_library_is_scanned_through_its_codes_and_answers_with_exact_similarities(tmp_path):
     index = clustered(tmp_path)
-    library = index.libraries[0]
+    library = index.segments[0]
     query = np.asarray(index.gather(np.array([1234]))[0]) + 0.05 * np.random.default_rng(5).standard_normal(16)
     query = (query / np.linalg.norm(query)).astype(np.float32)
 

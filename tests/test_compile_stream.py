@@ -22,7 +22,7 @@ from host.library.format import library_problems, parse_library
 from host.library.problems import LibraryFormatError
 from host.library.stream import stream_library
 from host.store import text_process, writer
-from host.store.compiled import SourceKey, compile_library, file_sha256, load_library, open_segment, write_compiled
+from host.store.compiled import SourceKey, compile_library, file_sha256, open_segment, write_compiled
 from host.store.progress import CompileProgress
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -61,7 +61,7 @@ def test_a_streamed_compile_is_byte_identical_to_compiling_the_parsed_file(tmp_p
     monkeypatch.setattr(stream, "CHUNK", chunk)
     source = write_library(tmp_path / "lib.json", mixed_library(dimension=dimension))
 
-    key = compile_library(source, tmp_path / "streamed", name="lib", cluster_from=1_000)
+    key = compile_library(source, tmp_path / "streamed", name="lib", cluster_from=1_000).source
     write_compiled(parse_library(json.loads(source.read_text())), tmp_path / "whole", key, "lib", cluster_from=1_000)
 
     assert key == SourceKey(source.stat().st_size, source.stat().st_mtime_ns, file_sha256(source))
@@ -87,7 +87,7 @@ def test_the_text_index_built_by_a_second_process_is_the_one_built_here(tmp_path
     monkeypatch.setattr(text_process, "PROCESS_FROM", 0)  # a child for any library...
     monkeypatch.setattr(text_process, "NOTIFY_EVERY", 4096)  # ...told of the records a few at a time
     source = write_library(tmp_path / "lib.json", mixed_library())
-    key = compile_library(source, tmp_path / "child", name="lib", cluster_from=1_000)
+    key = compile_library(source, tmp_path / "child", name="lib", cluster_from=1_000).source
 
     monkeypatch.setattr(text_process, "PROCESS_FROM", 1 << 40)
     compile_library(source, tmp_path / "here", name="lib", cluster_from=1_000)
@@ -236,15 +236,15 @@ def test_a_cut_short_replacement_leaves_the_previous_version_serving(tmp_path):
 
 def test_a_touched_file_is_not_compiled_again(tmp_path):
     source, _ = good_and_cut(tmp_path)
-    folder = tmp_path / "compiled"
-    load_library(source, folder, name="lib")
+    said: list[str] = []
+    load_catalog(source.parent, progress=said.append)
     stat = source.stat()
     source.touch()
     assert source.stat().st_mtime_ns != stat.st_mtime_ns
 
-    library, compiled_now = load_library(source, folder, name="lib")
+    catalog = load_catalog(source.parent, progress=said.append)
 
-    assert not compiled_now and library.source_key.mtime_ns == source.stat().st_mtime_ns
+    assert said[-1].endswith("none compiled") and catalog.libraries[0].source_key.mtime_ns == source.stat().st_mtime_ns
 
 
 # ---- memory ------------------------------------------------------------------------------------------------
@@ -337,7 +337,7 @@ def test_the_compile_command_is_build_under_its_other_name(tmp_path):
                             text=True, cwd=PROJECT, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     assert "compiled lib: 40 bits" in result.stderr
-    assert open_segment(source.parent / ".compiled" / "lib").bit_count == 40
+    assert load_catalog(source.parent).library("lib").bit_count == 40
 
 
 def test_the_reader_leaves_no_thread_behind(tmp_path):

@@ -67,8 +67,9 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> ModelIndex:
 
 
 def texts_and_titles(index: ModelIndex) -> tuple[list[str], list[str], list[str]]:
-    records = [library.record(row) for library in index.libraries for row in range(library.bit_count)]
-    ids = [library.bit_id(row) for library in index.libraries for row in range(library.bit_count)]
+    located = [index.locate(row) for row in range(index.bit_count)]
+    records = [segment.record(local) for segment, local in located]
+    ids = [segment.bit_id(local) for segment, local in located]
     return [record["text"] for record in records], [record["info"].get("title", "") for record in records], ids
 
 
@@ -171,7 +172,7 @@ def test_hybrid_ranks_every_pool_bit_by_the_fused_score_and_reports_its_similari
     selection = ask(public, "Jonah fish", "hybrid")
     texts, titles, _ = texts_and_titles(public)
     keyword = bm25_scores(texts, titles, [True] * 10, "Jonah fish")
-    similarity = exact_dot_products(np.concatenate([lib.embeddings for lib in public.libraries]), vector)
+    similarity = exact_dot_products(public.gather(np.arange(public.bit_count)), vector)
     fused, _ = fuse(similarity, np.array([keyword.get(row, 0.0) for row in range(10)]), 0.5)  # the pool: every bit
     expected = sorted(range(10), key=lambda row: (-fused[row], -similarity[row], row))
     assert selection.rows.tolist() == expected

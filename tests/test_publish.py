@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from components import admin
-from librarian import TEST_MODEL, make_library, unit_vectors, write_library
+from librarian import TEST_MODEL, make_library, segment_folder, unit_vectors, write_library
 
 from access import AccessControl, TokenRejected
 from host.cli import main
@@ -75,21 +75,23 @@ def test_a_dry_run_lists_what_would_change_and_uploads_nothing(tmp_path: Path, c
     capsys.readouterr()
     assert main(["publish", str(source), str(destination), "--dry-run", "--compiled"]) == 0
     said = capsys.readouterr().err
-    assert "+ c.json" in said and "- a.json" in said and "~ b.json (its compiled store)" in said
+    assert "+ c.json" in said and "- a.json" in said and "~ b.json (its compiled segment)" in said
     assert "dry run: would upload" in said
     assert {key: (destination / key).read_bytes() for key in stored_keys(destination)} == before
 
 
-def test_compiled_stores_are_published_whole_with_their_store_format(tmp_path: Path) -> None:
+def test_compiled_segments_are_published_whole_with_their_store_format(tmp_path: Path) -> None:
     source = folder_of_libraries(tmp_path / "source", a=1)
     destination = tmp_path / "published"
     assert main(["publish", str(source), str(destination), "--compiled", "--quiet"]) == 0
     manifest = parse_manifest((destination / MANIFEST_KEY).read_bytes(), "test")
     (library,) = manifest.libraries
-    compiled = source / ".compiled" / "a"
-    assert library.store_format == json.loads((compiled / "meta.json").read_text())["store_format"]
-    assert {file.name for file in library.compiled} == {path.name for path in compiled.iterdir()}
-    for file in library.compiled:
+    (segment,) = manifest.segments
+    compiled = segment_folder(source / ".compiled", "a")
+    assert (library.segment, library.member) == (segment.name, 0) and segment.name == compiled.name
+    assert segment.store_format == json.loads((compiled / "meta.json").read_text())["store_format"]
+    assert {file.name for file in segment.files} == {path.name for path in compiled.iterdir()}
+    for file in segment.files:
         assert (destination / file.blob.key).read_bytes() == (compiled / file.name).read_bytes()
     assert library.mtime_ns == (source / "a.json").stat().st_mtime_ns
 

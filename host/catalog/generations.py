@@ -24,6 +24,7 @@ from host.store.members import SourceKey
 from host.store.packing import FileToCompile, Packer
 
 COMPILED_FOLDER = ".compiled"
+NAMED = 5  # libraries named when they are compiled together
 log = logging.getLogger("polymath_host.catalog")
 
 
@@ -139,10 +140,12 @@ def load_catalog(
         segments = _open_planned(cache, plan, opened)
         entries = discover(root) if root.exists() else []
         placed, to_compile, problems = _reconcile(entries, plan, segments, max_bytes, digests or {})
-        failed = _compile(cache, to_compile, placed, segments, problems, bars, progress)
-        for entry in failed:  # its previous version keeps serving, if there is one
-            if entry.name in plan and plan[entry.name].segment in segments:
+        failed = _compile(cache, to_compile, placed, segments, bars, progress)
+        for entry, problem in failed.items():  # its previous version keeps serving, if there is one
+            still = entry.name in plan and plan[entry.name].segment in segments
+            if still:
                 placed[entry.name] = plan[entry.name]
+            problems.append(f"{entry.path}: {problem}{'; still serving its previous version' if still else ''}")
         if placed != plan:
             write_plan(cache, placed)
         removed = remove_unplanned(cache, placed)
@@ -166,7 +169,7 @@ def _open_planned(cache: Path, plan: Plan, opened: dict[str, Segment]) -> dict[s
             try:
                 segment = open_segment(cache / SEGMENTS / name)
             except StoreError as problem:
-                log.warning("compiling again what %s held: %s", name, problem)
+                log.warning("rebuilding what segment %s held: %s", name, problem)
                 continue
         segments[name] = segment
     return segments
@@ -216,12 +219,12 @@ def _digest(path: Path, digests: Mapping[Path, str]) -> str:
 
 
 def _compile(cache: Path, entries: list[LibraryFile], placed: Plan, segments: dict[str, Segment],
-             problems: list[str], bars: bool, progress: Callable[[str], None] | None) -> list[LibraryFile]:
+             bars: bool, progress: Callable[[str], None] | None) -> dict[LibraryFile, str]:
     """Compile `entries` into new segments, place them in `placed` and open them in `segments`; the
-    entries that failed (each one line in `problems`)."""
+    entries that failed, each with its problem in one line."""
     if not entries:
-        return []
-    failed = []
+        return {}
+    failed = {}
     packer = Packer(cache / SEGMENTS, new_segment_name, bars=bars)
     try:
         for entry in entries:
@@ -229,8 +232,7 @@ def _compile(cache: Path, entries: list[LibraryFile], placed: Plan, segments: di
                 packer.add(FileToCompile(entry.path, entry.name, entry.access_tag, entry.scope,
                                          entry.path.stat().st_size))
             except Exception as problem:  # one publisher's file, however broken, must not stop the others
-                failed.append(entry)
-                problems.append(f"{entry.path}: {describe_problem(problem)}")
+                failed[entry] = describe_problem(problem)
         made = packer.finish()
     finally:
         packer.close()
@@ -241,8 +243,10 @@ def _compile(cache: Path, entries: list[LibraryFile], placed: Plan, segments: di
         if progress and len(compiled.members) == 1:
             progress(f"compiled {compiled.members[0].name}: {segment.bit_count:,} bits, {segment.embedding_model}")
         elif progress:
-            progress(f"compiled {len(compiled.members):,} libraries together: {segment.bit_count:,} bits, "
-                     f"{segment.embedding_model}")
+            names = ", ".join(member.name for member in compiled.members[:NAMED])
+            more = f" and {len(compiled.members) - NAMED:,} more" if len(compiled.members) > NAMED else ""
+            progress(f"compiled {len(compiled.members):,} libraries together ({names}{more}): "
+                     f"{segment.bit_count:,} bits, {segment.embedding_model}")
         for number, member in enumerate(compiled.members):
             placed[member.name] = Placed(compiled.name, number, member.source)
             _warn_if_changed(paths[member.name], member.source)

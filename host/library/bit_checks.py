@@ -242,8 +242,11 @@ class BitChecker:
         if vector is not None and self.dimension is None:
             self.dimension = len(vector)
         tag = self.folder_tag if self.folder_tag is not None else bit.get("access_tag")
-        if tag is not None and (not isinstance(tag, str) or not tag or SCOPE_MARK in tag):
-            problems.report(f"{where}.access_tag: must be a non-empty string without NUL characters, got {tag!r:.80}")
+        if tag is not None and (not isinstance(tag, str) or not tag):
+            problems.report(f"{where}.access_tag: must be a non-empty string, got {tag!r}")
+            whole = False
+        elif tag is not None and SCOPE_MARK in tag:
+            problems.report(f"{where}.access_tag: must not hold a NUL character, got {tag!r:.80}")
             whole = False
         if not whole or info is None or vector is None:
             return None

@@ -56,7 +56,7 @@ class HostState:
 
     def _populate(self, catalog: Catalog) -> None:
         populated = self.residency.admit(catalog.segments)
-        if populated.libraries or (populated.left and self.residency.budget):
+        if populated.segments or (populated.left and self.residency.budget):
             log.info("%s", populated.describe(self.residency.budget))
 
     def _describe(self, catalog: Catalog) -> None:
