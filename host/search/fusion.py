@@ -10,7 +10,7 @@ min(1, BM25 / |w|), 0 without a keyword), and
 and the pool is ranked by it (ties: the higher similarity, then file order). Neither part depends
 on the other bits of the answer, so neither does the score: it means the same in every query, and
 a fixed threshold can say "nothing here". Measured with scripts/bench_quality.py (docs/quality.md):
-on CISI and CACM, nDCG@10 0.463 / 0.555 against 0.446 / 0.541 for reciprocal-rank fusion of the
+on CISI and CACM, nDCG@10 0.462 / 0.555 against 0.446 / 0.541 for reciprocal-rank fusion of the
 same two rankings, and with a threshold that keeps the best answer of 90% of the collection's own
 questions, 100% / 97.5% of 80 questions about something else turned away. The min-max fusion
 before it (each side normalized over the pool: its best bit near 1 in every answer) ranked a

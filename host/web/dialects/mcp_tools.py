@@ -109,8 +109,8 @@ async def search(
     score_threshold: Annotated[float | None, Field(
         description="Only bits whose score (0-1, the same in every query; vector: the similarity) reaches "
                     "this: above every bit's, the answer is empty, which says the libraries hold nothing on "
-                    "it. With all-MiniLM-L6-v2, 0.4 kept 90% of answers to real questions and turned away "
-                    "nearly all about something else, in every mode. "
+                    "it. With all-MiniLM-L6-v2, 0.4 kept at least 92% of answers to real questions and "
+                    "turned away at least 88% of questions about something else, in every mode. "
                     "details.best_score tells the best bit's score either way.")] = None,
     constraint: Annotated[str | dict[str, Any] | None, Field(
         description="Only bits matching this query expression, e.g. title:jonah AND NOT text:\"great fish\" "

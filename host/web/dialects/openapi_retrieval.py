@@ -28,8 +28,8 @@ _DIFY_REQUEST = {"type": "object", "required": ["knowledge_id", "query", "retrie
         "top_k": {"type": "integer", "minimum": 1},
         "score_threshold": {"type": "number", "minimum": 0, "maximum": 1,
                             "description": "the least score a record keeps, in every mode; 0 keeps every one. "
-                                           "0.4 kept 90% of answers to real questions and turned away nearly all "
-                                           "about something else (all-MiniLM-L6-v2; docs/quality.md)"}}},
+                                           "0.4 kept at least 92% of answers to real questions and turned away "
+                                           "at least 88% about something else (all-MiniLM-L6-v2; docs/quality.md)"}}},
     "metadata_condition": {"type": "object", "nullable": True, "description": "Dify's: {logical_operator, conditions: "
                            "[{name, comparison_operator, value}]} over title, url, description, image_url, library, text"},
 }}
@@ -68,8 +68,8 @@ _SEARCH_REQUEST = {"type": "object", "required": ["query"], "properties": {
                    "description": "accepted; this host has no re-ranking model"},
         "score_threshold": {"type": "number", "minimum": 0, "maximum": 1,
                             "description": "the least score a result keeps; above the best one's, data is empty. "
-                                           "0.4 kept 90% of answers to real questions and turned away nearly all "
-                                           "about something else (all-MiniLM-L6-v2; docs/quality.md)"},
+                                           "0.4 kept at least 92% of answers to real questions and turned away "
+                                           "at least 88% about something else (all-MiniLM-L6-v2; docs/quality.md)"},
         "hybrid_search": {"type": "object", "required": ["embedding_weight", "text_weight"], "description":
                           "the keywords' share of the fused score is text_weight / (embedding_weight + text_weight); "
                           "0.5 without these", "properties": {
