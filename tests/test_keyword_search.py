@@ -237,6 +237,25 @@ def test_a_score_threshold_keeps_only_bits_ranked_at_least_that_high(public: Mod
     assert above.rows.tolist() == fused.rows[:4].tolist() and above.ranks.tolist() == fused.ranks[:4].tolist()
 
 
+def test_a_thresholded_hybrid_answer_holds_every_bit_reaching_the_threshold_beyond_the_pool(tmp_path: Path) -> None:
+    # 400 bits, most holding a word of the question. A threshold that keeps fewer bits than the budget
+    # asks for must bring every one that reaches it, whichever side would have found it; the pool
+    # stops growing once no bit outside it could reach the threshold.
+    words = ["fish", "sea", "ship", "storm", "lot", "prophet", "city", "whale"]
+    rng = np.random.default_rng(7)
+    texts = [" ".join(rng.choice(words, int(rng.integers(1, 6)))) for _ in range(400)]
+    write_library(tmp_path / "many.json", library(texts, 8))
+    (index,) = load_catalog(tmp_path).models.values()
+    everything = ask(index, "fish storm whale", "hybrid", count=400)  # the pool: every bit
+    assert len(everything.rows) == 400
+    for threshold, kept_count in ((0.35, 63), (0.5, 16), (0.9, 0)):
+        kept = [row for row, score in zip(everything.rows.tolist(), everything.ranks.tolist()) if score >= threshold]
+        cut = ask(index, "fish storm whale", "hybrid", count=100, score_threshold=threshold)
+        assert len(kept) == kept_count and cut.rows.tolist() == kept and cut.best_score == everything.best_score
+    filled = ask(index, "fish storm whale", "hybrid", count=100, score_threshold=0.2)
+    assert len(filled.rows) == 100 and min(filled.ranks.tolist()) >= 0.2
+
+
 @pytest.mark.parametrize("mode", ["vector", "keyword", "hybrid"])
 def test_a_threshold_above_every_score_answers_nothing_and_still_tells_the_best_score(public: ModelIndex,
                                                                                      mode: str) -> None:
