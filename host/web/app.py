@@ -36,18 +36,20 @@ from host.web.caller import verified_subject
 from host.web.dialects import dify, mcp_server, openai_embeddings, openai_errors, openai_vector_stores, ragflow
 from host.web.errors import HTTPError, from_core
 from host.web.library_endpoints import library_file, list_libraries
+from host.web.library_selection import refused_prefix
 from host.web.middleware import (
-    POLYMATH_LINK,
     AccessLog,
     CrossOrigin,
     DialectErrors,
     PolymathLinkHeader,
+    PublisherPrefix,
     RateLimit,
     RequestBodyGuard,
     SecurityHeaders,
     TokensOutOfURLs,
     parse_cors_origins,
 )
+from host.web.middleware.link_header import polymath_link
 from host.web.middleware.security_headers import SECURITY_HEADERS
 from host.web.page.endpoints import home_page, library_map
 from host.web.page.rendering import STATIC_PREFIX, StaticAssets
@@ -59,6 +61,7 @@ from host.web.state import HostState, host_state
 
 log = logging.getLogger("polymath_host")
 
+PUBLISHER_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
 ROUTES = [
     Route("/", query_endpoint, methods=["POST"]),
     Route("/", home_page, methods=["GET"]),
@@ -73,6 +76,7 @@ ROUTES = [
     *openai_vector_stores.routes(),
     Route("/dify/retrieval", dify.retrieval, methods=["POST"]),
     Mount(STATIC_PREFIX, app=StaticAssets()),
+    Route("/p/{rest:path}", refused_prefix, methods=PUBLISHER_METHODS),  # only a /p/ name the prefix refused
 ]
 
 
@@ -124,6 +128,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
     app = Starlette(
         routes=[*ROUTES, *ragflow.routes(), *mcp_server.routes(mcp)],
         middleware=[
+            Middleware(PublisherPrefix),  # first: every other layer sees /p/{name}/'s paths as the host's own
             Middleware(PolymathLinkHeader),
             Middleware(ragflow.RAGFlowEnvelope),  # under /api/v1/, every answer in RAGFlow's envelope
             Middleware(DialectErrors, prefix=openai_errors.PREFIX, rewrite=openai_errors.as_openai_error),
@@ -214,6 +219,6 @@ async def on_crash(request: Request, error: Exception) -> Response:
     log.exception("internal error on %s %s", request.method, request.url.path)
     # Starlette sends this response from outside every middleware, so PolymathLinkHeader and
     # CrossOrigin never see it: their headers are added here.
-    headers = {"Link": POLYMATH_LINK.decode(), **SECURITY_HEADERS,
+    headers = {"Link": polymath_link(request.scope).decode(), **SECURITY_HEADERS,
                **request.app.state.cors.headers_for(request.headers.get("origin"))}
     return error_response(HTTPError(500, "the host failed to answer this request; the error is logged", headers))
