@@ -49,6 +49,7 @@ from host.web.middleware import (
     TokensOutOfURLs,
     parse_cors_origins,
 )
+from host.web.middleware.issuer_keys import IssuerKeysReady
 from host.web.middleware.link_header import polymath_link
 from host.web.middleware.security_headers import SECURITY_HEADERS
 from host.web.page.endpoints import home_page, library_map
@@ -139,6 +140,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
             Middleware(CrossOrigin, policy=cors),
             Middleware(SecurityHeaders),
             Middleware(TokensOutOfURLs),  # every door, before anything reads the request
+            Middleware(IssuerKeysReady, access=lambda: state.access),  # a provider's new keys, before the rate limit
             Middleware(RateLimit, per_second=settings.rate_limit, burst=settings.rate_burst,
                        subject_of=partial(verified_subject, state.access)),
             Middleware(RequestBodyGuard, max_bytes=settings.max_body_bytes, read_timeout=settings.body_read_timeout),

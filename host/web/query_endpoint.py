@@ -36,7 +36,7 @@ from host.search.engine import Search, Selection, random_query
 from host.search.fusion import DEFAULT_KEYWORD_WEIGHT
 from host.search.keywords import weigh
 from host.search.query import Mode, Query, choose_model, run_query
-from host.web.caller import Caller, request_caller
+from host.web.caller import Caller, keys_ready, request_caller
 from host.web.context_block import TEXT_PLAIN, render_context_block
 from host.web.errors import bad_request
 from host.web.library_selection import NoSuchLibrary, choose, in_reach, one_model, reach_of, refusal
@@ -74,6 +74,8 @@ async def query_endpoint(request: Request) -> Response:
         max_count=state.settings.max_count,
         max_embedding_bytes=state.settings.max_embedding_bytes,
     )
+    if args.access_token:  # a Bearer token's issuer keys were made ready by the IssuerKeysReady middleware
+        await keys_ready(state.access, args.access_token)
     caller = request_caller(request, args.access_token)
     catalog = state.catalog  # this request's generation, whatever reloads happen meanwhile
     signals_on = state.access.restricted_count or bool(state.access.restricted_message)
