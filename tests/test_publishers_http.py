@@ -365,6 +365,19 @@ async def test_a_prefix_name_that_leaves_its_folder_is_a_400_in_one_line(client:
         assert error.startswith("the name in /p/{name}/ ") and len(error) < 200
 
 
+async def test_a_refused_prefix_name_under_a_dialects_path_is_refused_in_its_dialects_shape(
+        client: httpx.AsyncClient) -> None:
+    ragflow = await client.get("/p/%2e%2e/api/v1/datasets")
+    dify = await client.post("/p/%2e%2e/dify/retrieval", json={})
+    openai = await client.get("/p/%2e%2e/v1/vector_stores")
+    message = "the name in /p/{name}/ '..' leaves its folder: . and .. are not names"
+
+    assert ragflow.status_code == 400 and ragflow.json() == {"code": 400, "message": message, "data": None}
+    assert dify.status_code == 400 and dify.json() == {"error_code": 400, "error_msg": message}
+    assert openai.status_code == 400 and openai.json()["error"]["message"] == message
+    assert ragflow.headers["link"] == '</>; rel="polymath"'
+
+
 # ---- /p/{name}/: the page ------------------------------------------------------------------------
 
 

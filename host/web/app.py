@@ -36,7 +36,6 @@ from host.web.caller import verified_subject
 from host.web.dialects import dify, mcp_server, openai_embeddings, openai_errors, openai_vector_stores, ragflow
 from host.web.errors import HTTPError, from_core
 from host.web.library_endpoints import library_file, list_libraries
-from host.web.library_selection import refused_prefix
 from host.web.middleware import (
     AccessLog,
     CrossOrigin,
@@ -44,6 +43,7 @@ from host.web.middleware import (
     PolymathLinkHeader,
     PublisherPrefix,
     RateLimit,
+    RefusedPrefix,
     RequestBodyGuard,
     SecurityHeaders,
     TokensOutOfURLs,
@@ -62,7 +62,6 @@ from host.web.state import HostState, host_state
 
 log = logging.getLogger("polymath_host")
 
-PUBLISHER_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
 ROUTES = [
     Route("/", query_endpoint, methods=["POST"]),
     Route("/", home_page, methods=["GET"]),
@@ -77,7 +76,6 @@ ROUTES = [
     *openai_vector_stores.routes(),
     Route("/dify/retrieval", dify.retrieval, methods=["POST"]),
     Mount(STATIC_PREFIX, app=StaticAssets()),
-    Route("/p/{rest:path}", refused_prefix, methods=PUBLISHER_METHODS),  # only a /p/ name the prefix refused
 ]
 
 
@@ -144,6 +142,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
             Middleware(RateLimit, per_second=settings.rate_limit, burst=settings.rate_burst,
                        subject_of=partial(verified_subject, state.access)),
             Middleware(RequestBodyGuard, max_bytes=settings.max_body_bytes, read_timeout=settings.body_read_timeout),
+            Middleware(RefusedPrefix),  # last: a refused /p/ name's 400, shaped by every layer above
         ],
         lifespan=lifespan,
         exception_handlers={

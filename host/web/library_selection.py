@@ -19,8 +19,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from starlette.requests import Request
-from starlette.responses import Response
 from starlette.types import Scope
 
 from host.catalog.generations import Catalog
@@ -28,7 +26,7 @@ from host.catalog.selection import BadName, check_name, selected
 from host.search.errors import QueryError
 from host.store.compiled import CompiledLibrary
 from host.web.errors import HTTPError
-from host.web.middleware.publisher_prefix import REFUSED, publisher
+from host.web.middleware.publisher_prefix import publisher
 
 
 class NoSuchLibrary(LookupError):
@@ -112,8 +110,3 @@ def one_model(libraries: Sequence[CompiledLibrary], model: str | None = None) ->
         raise QueryError(f"these libraries use different embedding models ({', '.join(models)}): "
                          "ask the libraries of one model at a time")
     return models[0]
-
-
-async def refused_prefix(request: Request) -> Response:
-    """`/p/{rest}` whose name the prefix refused (malformed): 400 with the one line saying why."""
-    raise HTTPError(400, request.scope.get(REFUSED) or "there is nothing at this path")

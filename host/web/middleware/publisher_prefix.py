@@ -16,9 +16,10 @@ folders (`blog/api/x`) is reached under its parent's prefix. The host's operatio
 (/healthz, /readyz, /metrics) and its static files are the host's alone: not under a prefix.
 
 A malformed name (`check_name`: `..`, absolute, a backslash, percent-encoded forms of those, NUL,
-overlong) is not rewritten: the request goes on as it came, with the problem in `scope[REFUSED]`,
-and the route of `/p/{rest:path}` answers 400 with that one line, through every other middleware
-like any answer. No name is ever joined to a file path.
+overlong) gets its `root_path` too, but no `scope[PUBLISHER]`: the problem goes in `scope[REFUSED]`,
+and `RefusedPrefix`, the innermost middleware, answers 400 with that one line before any endpoint
+runs, so every other layer shapes it as any answer (under a dialect's path, in its dialect's
+shape). No name is ever joined to a file path.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from urllib.parse import quote
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from host.catalog.selection import BadName, check_name
+from host.web.errors import HTTPError
+from host.web.responses import error_response
 
 PREFIX = "/p/"
 PUBLISHER = "polymath.publisher"  # the scope key holding the name (None or absent: the whole host)
@@ -81,9 +84,21 @@ class PublisherPrefix:
         name = split_prefix(scope["path"]) if scope["type"] == "http" else None
         if name is not None:
             try:
-                checked = check_name(name, NAME_ARGUMENT)
+                scope = {**scope, "root_path": PREFIX + name, PUBLISHER: check_name(name, NAME_ARGUMENT)}
             except BadName as problem:
-                scope = {**scope, REFUSED: str(problem)}
-            else:
-                scope = {**scope, "root_path": PREFIX + name, PUBLISHER: checked}
+                scope = {**scope, "root_path": PREFIX + name, REFUSED: str(problem)}
         await self.app(scope, receive, send)
+
+
+class RefusedPrefix:
+    """The innermost middleware: a request whose `/p/` name was refused is a 400 saying why, and
+    reaches no endpoint (an endpoint would answer for the whole host: it finds no publisher)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refused = scope.get(REFUSED) if scope["type"] == "http" else None
+        if refused is None:
+            return await self.app(scope, receive, send)
+        await error_response(HTTPError(400, refused))(scope, receive, send)
