@@ -61,16 +61,23 @@ async def list_libraries(request: Request) -> Response:
     caller = request_caller(request)
     headers = cache_headers(caller.token, revalidate=True)
     listing = parse_listing(request.query_params)
-    catalog = host_state(request).catalog
+    state = host_state(request)
+    catalog = state.catalog  # this request's generation, whatever reloads happen meanwhile
     reach = reach_of(request.scope, catalog, caller.access_tags, headers)
     entries = iter(visible_libraries(catalog, caller.access_tags, reach, listing.prefix, listing.after))
     if not listing.paged:
-        return Response(render_json({"libraries": list(entries)}), 200, headers, media_type=JSON)
+        # Every library, as always: kept rendered per generation and grant (10,000 of them take ~30 ms).
+        key = ("libraries", catalog.generation, caller.access_tags, reach.name, listing.prefix)
+        body = state.answers.get(key)
+        if body is None:
+            body = await run_in_threadpool(lambda: render_json({"libraries": list(entries)}))
+            state.answers.put(key, body)
+        return Response(body, 200, headers, media_type=JSON)
     assert listing.limit is not None
     page = [entry for _, entry in zip(range(listing.limit), entries, strict=False)]
     more = next(entries, None) is not None
-    body = {"libraries": page, "next_cursor": encode_cursor(page[-1]["name"]) if more and page else None}
-    return Response(render_json(body), 200, headers, media_type=JSON)
+    cursor = encode_cursor(page[-1]["name"]) if more and page else None
+    return Response(render_json({"libraries": page, "next_cursor": cursor}), 200, headers, media_type=JSON)
 
 
 def parse_listing(params: Mapping[str, str]) -> Listing:
@@ -121,7 +128,7 @@ def visible_libraries(catalog: Catalog, access_tags: frozenset[str], reach: Reac
     root = root_href(reach.name)
     for name in starting_with(catalog.names, prefix, after):
         library = catalog.library(name)
-        if library is None or not reach.holds(name):
+        if library is None or (reach.names is not None and name not in reach.names):
             continue
         visible = library.visible_bit_count(access_tags)
         if visible:

