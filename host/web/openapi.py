@@ -126,7 +126,8 @@ def _openai_error(description: str) -> dict[str, Any]:
 _JSON_BODY = {"application/json": {"schema": {"$ref": "#/components/schemas/Library"}}}
 _TOKEN_PARAMETERS = [
     {"name": "Authorization", "in": "header", "required": False, "schema": {"type": "string"},
-     "description": "Bearer <access token> (never in the URL: a token in the query string is a 400)"},
+     "description": "Bearer <access token>: one this host issued, or a token of an identity provider its access "
+                    "file trusts (never in the URL: a token in the query string is a 400)"},
 ]
 
 _NOTICE = {"type": "object", "required": ["level", "text"], "properties": {
