@@ -284,6 +284,8 @@ OPENAPI: dict[str, Any] = {
             "description": "Not ready: a replica before its first sync from its origin, or a host draining on SIGTERM"}}}},
         "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {
             "description": "Metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+        "/openapi.json": {"get": {"summary": "This document", "responses": {"200": {
+            "description": "The OpenAPI document", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
         **DIALECT_PATHS,
         **RETRIEVAL_PATHS,
     },

@@ -21,6 +21,7 @@ from starlette.responses import FileResponse, Response
 from starlette.staticfiles import NotModifiedResponse, StaticFiles
 from starlette.types import Scope
 
+from host import MANUAL_URL
 from host.web.page.data import PageData
 from host.web.page.maps import LibraryMap
 from host.web.page.sign_in import SignInPage
@@ -54,6 +55,7 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.globals["asset_url"] = asset_url
+    env.globals["manual_url"] = MANUAL_URL
     return env
 
 
