@@ -7,8 +7,10 @@
   key, or a discovery document naming another issuer. It counts every request per path, so a test
   can say how many fetches the host made.
 
-The real provider (oidc-provider, from npm) is in tests/oidc_provider/; this one stands in where a
-test needs a provider to do what no well-behaved one does.
+- `OidcProvider`: the real provider, oidc-provider from npm (tests/oidc_provider/provider.mjs), started
+  as a child process: client-credentials tokens, the login and consent screens, key rotation.
+
+The KeyServer stands in where a test needs a provider to do what no well-behaved one does.
 """
 
 from __future__ import annotations
@@ -16,15 +18,21 @@ from __future__ import annotations
 import base64
 import http.server
 import json
+import select
+import shutil
+import subprocess
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import httpx
 import jwt
+from components import unavailable
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
@@ -220,3 +228,80 @@ class KeyServer:
 def key_server(keys: list[ProviderKey]) -> Iterator[KeyServer]:
     with KeyServer(keys) as server:
         yield server
+
+
+# ---- the real provider: oidc-provider, from npm --------------------------------------------------------------
+
+HARNESS = Path(__file__).resolve().parent / "oidc_provider"
+MACHINES = {"members": ("members-machine", "members-secret"), "free": ("free-machine", "free-secret")}
+PAGE_CLIENT = "library-page"
+
+
+class OidcProvider:
+    """`node tests/oidc_provider/provider.mjs` (oidc-provider) on a free loopback port; stopped on exit."""
+
+    def __init__(self, *, audience: str = AUDIENCE, redirect_uris: tuple[str, ...] = ()) -> None:
+        node = node_for_provider()
+        self._process = subprocess.Popen(
+            [node, str(HARNESS / "provider.mjs"), json.dumps({"audience": audience, "redirectUris": list(redirect_uris)})],
+            cwd=HARNESS, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert self._process.stdout is not None
+        ready = select.select([self._process.stdout], [], [], 30)[0]
+        line = self._process.stdout.readline() if ready else ""
+        if not line:
+            self.stop()
+            raise RuntimeError(f"oidc-provider did not start: {self._process.stderr.read() if self._process.stderr else ''}")
+        started = json.loads(line)
+        self.issuer: str = started["issuer"]
+        self.kids: list[str] = started["kids"]
+
+    def token(self, who: str = "members") -> str:
+        """A JWT access token for the client-credentials client `members` or `free`."""
+        client, secret = MACHINES[who]
+        answer = httpx.post(f"{self.issuer}/token", data={"grant_type": "client_credentials", "scope": "library"},
+                            auth=(client, secret), timeout=10)
+        answer.raise_for_status()
+        token: str = answer.json()["access_token"]
+        return token
+
+    def rotate(self) -> list[str]:
+        """A new signing key at the provider (the old ones stay published); the kids, newest first."""
+        answer = httpx.post(f"{self.issuer}/test/rotate", timeout=10)
+        answer.raise_for_status()
+        self.kids = answer.json()["kids"]
+        return self.kids
+
+    def stop(self) -> None:
+        if self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        for stream in (self._process.stdout, self._process.stderr):
+            if stream is not None:
+                stream.close()
+
+    def __enter__(self) -> OidcProvider:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def node_for_provider() -> str:
+    """Node (>= 20) with the harness's packages installed (npm ci on first use); skips outside CI if absent."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        unavailable("node and npm (Node >= 20) are needed to run the real oidc-provider")
+    assert node is not None and npm is not None
+    version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    if int(version.lstrip("v").split(".")[0]) < 20:
+        unavailable(f"oidc-provider needs Node >= 20, found {version}")
+    if not (HARNESS / "node_modules" / "oidc-provider").is_dir():
+        installed = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=HARNESS,
+                                   capture_output=True, text=True, timeout=600)
+        if installed.returncode != 0:
+            unavailable(f"npm ci failed in {HARNESS}:\n{installed.stdout}\n{installed.stderr}")
+    return node

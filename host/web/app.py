@@ -54,6 +54,7 @@ from host.web.middleware.link_header import polymath_link
 from host.web.middleware.security_headers import SECURITY_HEADERS
 from host.web.page.endpoints import home_page, library_map
 from host.web.page.rendering import STATIC_PREFIX, StaticAssets
+from host.web.page.sign_in import SignIn, sign_in_config
 from host.web.query_endpoint import query_endpoint
 from host.web.responses import error_response
 from host.web.server import drain_on_sigterm, prepare_worker
@@ -95,6 +96,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
         embedders = embedders_for(settings, catalog)
     state = HostState(settings, catalog, access or AccessControl.from_file(sources.access_file), embedders)
     state.origins = sources
+    state.sign_in = sign_in_for(settings)
     watcher = LibraryWatcher(state, sources.root, cache_dir=sources.compiled_dir,
                              max_bytes=settings.max_library_bytes, interval=settings.watch_interval,
                              also_each_poll=partial(state.access.reload_if_changed, force=True), replica=sources.replica,
@@ -160,6 +162,13 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
     app.state.cors = cors
     app.state.watcher = watcher
     return app
+
+
+def sign_in_for(settings: Settings) -> SignIn | None:
+    """The page's sign-in `serve --sign-in` asks for (ValueError for options that do not fit together)."""
+    config = sign_in_config(settings.sign_in, settings.sign_in_client, settings.sign_in_scope,
+                            settings.sign_in_parameters, settings.sign_in_token)
+    return SignIn(config) if config is not None else None
 
 
 def embedders_for(settings: Settings, catalog: Catalog) -> Embedders:

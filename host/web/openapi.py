@@ -150,7 +150,8 @@ _LIBRARY_LIST = {"type": "object", "required": ["libraries"], "properties": {
                     "description": "Only in a page: the cursor of the next one, null after the last"}}}
 _TOKEN_PARAMETERS = [
     {"name": "Authorization", "in": "header", "required": False, "schema": {"type": "string"},
-     "description": "Bearer <access token> (never in the URL: a token in the query string is a 400)"},
+     "description": "Bearer <access token>: one this host issued, or a token of an identity provider its access "
+                    "file trusts (never in the URL: a token in the query string is a 400)"},
 ]
 
 _NOTICE = {"type": "object", "required": ["level", "text"], "properties": {
@@ -333,6 +334,8 @@ OPENAPI: dict[str, Any] = {
             "description": "Not ready: a replica before its first sync from its origin, or a host draining on SIGTERM"}}}},
         "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {
             "description": "Metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+        "/openapi.json": {"get": {"summary": "This document", "responses": {"200": {
+            "description": "The OpenAPI document", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
         **DIALECT_PATHS,
         **RETRIEVAL_PATHS,
     },

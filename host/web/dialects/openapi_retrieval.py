@@ -104,6 +104,16 @@ _STORE_ID = {"name": "vector_store_id", "in": "path", "required": True, "schema"
              "description": "A library's name (percent-encode a '/')"}
 _SEARCH_ERRORS = ("400", "401", "404", "408", "413", "429", "502", "503", "504")
 
+_FILE_ID = {"name": "file_id", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _read_only(what: str, *parameters: dict[str, Any]) -> dict[str, Any]:
+    """A write operation of OpenAI's API: refused, since libraries are published as files on the host."""
+    return {"summary": f"{what}: refused with a 405 (the host serves its libraries read-only)",
+            "parameters": [*parameters, _BEARER],
+            "responses": _errors(_OPENAI_ERROR, "401", "405", "429")}
+
+
 PATHS: dict[str, Any] = {
     "/dify/retrieval": {"post": {
         "summary": "Dify's External Knowledge API: register <host>/dify as the endpoint, a library as the knowledge id",
@@ -119,12 +129,16 @@ PATHS: dict[str, Any] = {
             ("order", {"type": "string", "enum": ["asc", "desc"], "default": "desc"}),
             ("after", {"type": "string"}), ("before", {"type": "string"})))],
         "responses": {**_ok("A page of vector stores", _VECTOR_STORES), **_errors(_OPENAI_ERROR, "400", "401", "429")},
-    }},
-    "/v1/vector_stores/{vector_store_id}": {"get": {
-        "summary": "OpenAI's vector store: one library this caller may see",
-        "parameters": [_STORE_ID, _BEARER],
-        "responses": {**_ok("The vector store", _VECTOR_STORE), **_errors(_OPENAI_ERROR, "401", "404", "405", "429")},
-    }},
+    }, "post": _read_only("Creating a vector store")},
+    "/v1/vector_stores/{vector_store_id}": {
+        "get": {
+            "summary": "OpenAI's vector store: one library this caller may see",
+            "parameters": [_STORE_ID, _BEARER],
+            "responses": {**_ok("The vector store", _VECTOR_STORE), **_errors(_OPENAI_ERROR, "401", "404", "405", "429")},
+        },
+        "post": _read_only("Modifying a vector store", _STORE_ID),
+        "delete": _read_only("Deleting a vector store", _STORE_ID),
+    },
     "/v1/vector_stores/{vector_store_id}/search": {"post": {
         "summary": "OpenAI's vector-store search: a library's best passages for a query, scores from 0 to 1",
         "parameters": [_STORE_ID, _BEARER],
@@ -132,4 +146,8 @@ PATHS: dict[str, Any] = {
         "responses": {**_ok("A vector_store.search_results.page", _SEARCH_PAGE),
                       **_errors(_OPENAI_ERROR, *_SEARCH_ERRORS)},
     }},
+    "/v1/files": {"get": _read_only("Listing files"), "post": _read_only("Uploading a file")},
+    "/v1/files/{file_id}": {"get": _read_only("Reading a file", _FILE_ID),
+                            "post": _read_only("Modifying a file", _FILE_ID),
+                            "delete": _read_only("Deleting a file", _FILE_ID)},
 }

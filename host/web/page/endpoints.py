@@ -5,6 +5,9 @@ data built and rendered in a worker thread, the caching headers. A page is never
 shared cache when a token came with it (`Cache-Control: private`), and depends on
 `Authorization` and `Accept` (`Vary`).
 
+With `serve --sign-in`, the HTML page carries what page.js needs to sign readers in (sign_in.py), and
+its Content-Security-Policy lets the script connect to the provider's token endpoint, nothing more.
+
 A refused token (401) on the HTML page is a page too: what anyone may see, with a notice saying
 why the token was refused, the status 401 and `WWW-Authenticate`, so page.js can forget it and a
 person reads why. Programs asking for JSON get the API's `{"error": ...}` 401.
@@ -29,6 +32,7 @@ from host.web.errors import HTTPError
 from host.web.library_selection import reach_of
 from host.web.middleware.publisher_prefix import publisher as publisher_of_request
 from host.web.middleware.publisher_prefix import root_href
+from host.web.middleware.security_headers import content_security_policy
 from host.web.page.data import PageInputs, build_library_map, build_page, models_to_search, visible_library
 from host.web.page.rendering import page_json, render_map, render_page
 from host.web.page.request import MAX_SEED, Notice, parse_page_request
@@ -99,13 +103,17 @@ async def home_page(request: Request) -> Response:
         scope=scope,
     )
 
+    sign_in = state.sign_in.page() if state.sign_in is not None and not as_json else None
+
     def rendered() -> bytes:
         data = build_page(inputs)
-        return render_json(page_json(data)) if as_json else render_page(data).encode()
+        return render_json(page_json(data)) if as_json else render_page(data, sign_in).encode()
 
     body = await run_in_threadpool(rendered)
     headers.update(cache_headers(token))
     headers["Vary"] = "Authorization, Accept"
+    if sign_in is not None:  # page.js redeems the sign-in's code at the provider's token endpoint
+        headers["Content-Security-Policy"] = content_security_policy(connect=(sign_in.connect_origin,))
     return Response(body, status, headers, media_type=JSON if as_json else HTML)
 
 
