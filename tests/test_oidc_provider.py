@@ -188,6 +188,21 @@ def test_the_js_client_sends_the_token_in_its_body_and_sees_the_drafts(world: Wo
         stop_host(wide)
 
 
+def test_a_replica_verifies_with_the_keys_embedded_at_publish(world: World, tmp_path: Path) -> None:
+    origin = tmp_path / "origin"
+    admin("publish", str(world.root / "libraries"), str(origin), "--quiet", "--access",
+          str(world.root / "access.SECRET.json"), "--issuer-keys", "embed", cwd=world.root)
+    replica = start_host(f"file://{origin}", "--cache-dir", str(tmp_path / "cache"), timeout=60, embedder=True,
+                         cwd=tmp_path)
+    try:
+        assert libraries(replica.url, world.token("members")) == [DRAFTS, "sample"]
+        assert libraries(replica.url, world.token("free")) == ["sample"]
+        # It verified with the edition's keys: it holds no fetched keys of any provider.
+        assert "polymath_issuer_keys_age_seconds" not in httpx.get(f"{replica.url}/metrics", timeout=10).text
+    finally:
+        stop_host(replica)
+
+
 def metric(url: str, name: str) -> float:
     text = httpx.get(f"{url}/metrics", timeout=10).text
     values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{")]
