@@ -7,7 +7,9 @@
 Modules, one job each: ``errors`` (the two exceptions), ``grant`` (Grant, ANONYMOUS),
 ``keys`` (key entries), ``config`` (the file, validated), ``tokens`` (issue/verify JWTs),
 ``files`` (atomic 0600 writes), ``control`` (AccessControl: authorize + reload),
-``cli`` (the admin commands). See access/README.md for the file format and token design.
+``cli`` (the admin commands); for trusted identity providers ``issuers``, ``claim_rules``,
+``jwks``, ``fetching``, ``discovery``, ``issuer_keys``, ``provider_tokens``, ``explain`` and
+``issuer_cli``. See access/README.md for the file format and token design.
 """
 
 from .config import AccessSettings

@@ -1,4 +1,5 @@
-"""The admin commands: `access init|rotate|remove-key` and `token issue|revoke|list`.
+"""The admin commands: `access init|rotate|remove-key` and `token issue|revoke|list` (with
+`access trust|untrust|trusted` and `token explain` from issuer_cli.py).
 
 `register(subparsers)` adds them to the host's argparse parser; each leaf command sets
 ``func`` to a handler returning the exit code: 0 ok, 1 a user error (one line on stderr
@@ -31,6 +32,7 @@ from .config import (
     parse_settings,
 )
 from .errors import AccessConfigError
+from .issuer_cli import UserError, register_access, register_token
 from .keys import ALGORITHMS, HS256, generate_key_entry, new_kid
 from .tokens import issue_token
 
@@ -43,16 +45,13 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"([1-9][0-9]{0,6})([smhdw])")
 
 
-class UserError(Exception):
-    """A problem the admin can fix; reported as one 'error:' line with exit code 1."""
-
-
 def register(subparsers: Any) -> None:
     """Add the `access` and `token` command groups to an argparse subparsers object."""
     access = subparsers.add_parser(
         "access",
-        help="create the access file and manage its signing keys",
-        description="Create access.SECRET.json and manage the keys that sign and verify tokens.",
+        help="create the access file, manage its signing keys and the identity providers it trusts",
+        description="Create access.SECRET.json, manage the keys that sign and verify tokens, and the identity "
+        "providers whose tokens it accepts.",
     )
     access_commands = access.add_subparsers(dest="access_command", metavar="COMMAND", required=True)
 
@@ -100,6 +99,7 @@ def register(subparsers: Any) -> None:
     remove.add_argument("kid", metavar="KID", help="the key id, as shown in the file")
     _access_option(remove)
     remove.set_defaults(func=_handler(_remove_key))
+    register_access(access_commands, _access_option, _handler)
 
     token = subparsers.add_parser(
         "token",
@@ -153,6 +153,7 @@ def register(subparsers: Any) -> None:
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _access_option(listing)
     listing.set_defaults(func=_handler(_list))
+    register_token(token_commands, _access_option, _handler)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,10 +10,12 @@ The file (SPEC §4), with every field optional:
       "tokens": {"<name>": {"token": "sk_...", "access_tags": [...], "description": ""}},
       "revoked": ["<jti or subject>", ...],
       "issued": [{"jti": ..., "sub": ..., "access_tags": [...], "iat": <unix>, "exp": <unix> | null,
-                  "kid": ...}]
+                  "kid": ...}],
+      "trusted_issuers": [{"issuer": ..., "audience": ..., "algorithms": [...], "grants": [...]}]   # issuers.py
     }
 
-`issued` is this project's addition: the admin CLI records every token it issues there (never
+`trusted_issuers` (access/issuers.py) names identity providers whose tokens this file's rules
+accept, and what their claims grant. `issued` is this project's addition: the admin CLI records every token it issues there (never
 the token itself), so `token list` can show them and `token revoke SUBJECT` can say what it
 revoked. The host reads it only to validate it.
 
@@ -36,7 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import AccessConfigError
+from .issuers import TrustedIssuer, parse_trusted_issuers
 from .keys import Key, parse_key
+from .tags import check_tag
 
 DEFAULT_ISSUER = "polymath-host"
 DEFAULT_PRIVATE_ACCESS_TAG = "unpublished"
@@ -49,6 +53,7 @@ TOP_LEVEL_FIELDS = (
     "tokens",
     "revoked",
     "issued",
+    "trusted_issuers",
 )
 _RESTRICTED_FIELDS = ("count", "message")
 _LEGACY_TOKEN_FIELDS = ("token", "access_tags", "description")
@@ -90,11 +95,18 @@ class AccessSettings:
     legacy_tokens: tuple[LegacyToken, ...] = ()
     revoked: frozenset[str] = frozenset()
     issued: tuple[IssuedRecord, ...] = ()
+    trusted_issuers: tuple[TrustedIssuer, ...] = ()
 
     def key(self, kid: str) -> Key | None:
         for key in self.keys:
             if key.kid == kid:
                 return key
+        return None
+
+    def trusted_issuer(self, issuer: str) -> TrustedIssuer | None:
+        for trusted in self.trusted_issuers:
+            if trusted.issuer == issuer:
+                return trusted
         return None
 
     @property
@@ -179,18 +191,8 @@ def parse_settings(data: dict[str, Any], source: str) -> AccessSettings:
         legacy_tokens=_parse_legacy_tokens(data.get("tokens", {}), default_tag, source),
         revoked=frozenset(_string_list(data.get("revoked", []), f"{source}: revoked")),
         issued=_parse_issued(data.get("issued", []), source),
+        trusted_issuers=parse_trusted_issuers(data.get("trusted_issuers", []), issuer, source),
     )
-
-
-def check_tag(tag: Any) -> str | None:
-    """What is wrong with an access tag, or None. Tags name folders under libraries/access/."""
-    if not isinstance(tag, str) or not tag:
-        return "must be a non-empty string"
-    if tag != tag.strip():
-        return f"{tag!r} has spaces at its ends"
-    if any(ch in tag for ch in "/\\") or any(ord(ch) < 32 for ch in tag):
-        return f"{tag!r} contains a slash or a control character"
-    return None
 
 
 def _parse_keys(value: Any, source: str) -> tuple[Key, ...]:

@@ -1,9 +1,15 @@
 """AccessControl: turns a presented token into a Grant, following the file as it changes.
 
-The current settings and the cache of verified tokens live together in one immutable
-``_State``; a reload builds a new one and swaps the reference. A request that started under
-the old state finishes under it, and can at worst fill the old (discarded) cache, so a
-revocation takes effect for every request that starts after the reload.
+The current settings, their trusted issuers (each with where its keys come from) and the cache of
+verified tokens live together in one immutable ``_State``; a reload builds a new one and swaps the
+reference. A request that started under the old state finishes under it, and can at worst fill the
+old (discarded) cache, so a revocation takes effect for every request that starts after the reload.
+
+A JWT whose (unverified) `iss` is one of the file's trusted issuers is verified as that provider's
+token (access/provider_tokens.py) with the keys the process holds for it (access/issuer_keys.py,
+shared by every access file trusting the issuer); any other JWT as the host's own, exactly as
+before. `authorize` never waits on the network: a token naming a key id its issuer's keys lack gets
+its refetch from `keys_pending`, which the web layer awaits first without blocking its event loop.
 """
 
 from __future__ import annotations
@@ -13,54 +19,103 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-
-from cachetools import TTLCache
+from typing import Any
 
 from .config import AccessSettings, load_settings, public_only_settings, token_digest
 from .errors import AccessConfigError, TokenRejected
 from .grant import ANONYMOUS, Grant
+from .issuer_keys import REGISTRY, IssuerKeyRegistry, IssuerKeys
+from .issuers import TrustedIssuer
+from .jwks import KeySet
+from .provider_tokens import unverified_header, unverified_issuer, verify_provider_token
 from .tokens import looks_like_jwt, verify_token
 
 log = logging.getLogger("polymath_host.access")
 
-CACHE_SIZE = 10_000
-CACHE_SECONDS = 60.0
+CACHE_SIZE = 100_000
+CACHE_SECONDS = 60.0  # the host's own tokens; a provider's are kept until they expire, while its keys hold
 CHECK_INTERVAL_SECONDS = 1.0
+TAG_SETS_KEPT = 4096
 
 # (st_mtime_ns, st_size, st_ino), or None when the file does not exist.
 _Signature = tuple[int, int, int] | None
 
 
-class _VerifiedCache:
-    """Successful JWT verifications by SHA-256 of the token, bounded in size and age.
+class _Provider:
+    """A trusted issuer of the settings in force, and the keys its tokens are verified with."""
 
-    An entry is never served past the token's own ``exp``: after that the token goes through
-    full verification again (which applies the leeway and says "expired").
+    def __init__(self, trusted: TrustedIssuer, fetched: IssuerKeys | None) -> None:
+        self.trusted = trusted
+        self.fetched = fetched  # None when the file gives the keys
+        self._too_old_said = False
+
+    def keys(self) -> KeySet | None:
+        """The keys in force: the file's, or the last good ones fetched while not older than the file allows."""
+        if self.fetched is None:
+            return self.trusted.jwks
+        snapshot = self.fetched.snapshot()
+        if snapshot is None:
+            return None
+        if time.time() - snapshot.fetched_at > self.trusted.last_good_keys_seconds:
+            if not self._too_old_said:
+                self._too_old_said = True
+                log.error("issuer %s: its last good keys are older than %d s (last_good_keys_seconds): its tokens are "
+                          "refused until its keys can be fetched again", self.trusted.issuer,
+                          self.trusted.last_good_keys_seconds)
+            return None
+        self._too_old_said = False
+        return snapshot.keys
+
+
+class _VerifiedCache:
+    """Successful JWT verifications by SHA-256 of the token, bounded in number (the oldest go first).
+
+    An entry is never served past the token's own ``exp`` (then the token goes through full
+    verification again, which applies the leeway and says "expired"), a host token's not past
+    CACHE_SECONDS, and a provider token's only while its issuer's keys in force still hold the key
+    that verified it (a key the provider withdrew takes its tokens with it).
     """
 
-    def __init__(self) -> None:
-        self._entries: TTLCache[bytes, tuple[Grant, int | None]] = TTLCache(CACHE_SIZE, CACHE_SECONDS)
-        self._lock = threading.Lock()  # TTLCache is not thread-safe
+    def __init__(self, size: int = CACHE_SIZE) -> None:
+        # A plain dict in insertion order, the oldest evicted first: a third of an LRU's memory per
+        # entry, and a token pushed out is only verified again.
+        self._entries: dict[bytes, tuple[Grant, float, _Provider | None, str | None]] = {}
+        self._size = size
+        self._lock = threading.Lock()
+        # One frozenset per distinct grant of tags (a few: rules decide them), not one per token: 200 bytes each.
+        self._tag_sets: dict[frozenset[str], frozenset[str]] = {}
+
+    def shared(self, tags: frozenset[str]) -> frozenset[str]:
+        if len(self._tag_sets) >= TAG_SETS_KEPT:
+            return tags
+        return self._tag_sets.setdefault(tags, tags)
 
     def get(self, digest: bytes) -> Grant | None:
-        with self._lock:
-            entry = self._entries.get(digest)
+        entry = self._entries.get(digest)
         if entry is None:
             return None
-        grant, expires_at = entry
-        if expires_at is not None and time.time() >= expires_at:
+        grant, valid_until, provider, thumbprint = entry
+        if time.time() >= valid_until:
             return None
+        if provider is not None and thumbprint is not None:
+            keys = provider.keys()
+            if keys is None or not keys.holds(thumbprint):
+                return None
         return grant
 
-    def put(self, digest: bytes, grant: Grant, expires_at: int | None) -> None:
+    def put(self, digest: bytes, grant: Grant, valid_until: float, provider: _Provider | None = None,
+            thumbprint: str | None = None) -> None:
         with self._lock:
-            self._entries[digest] = (grant, expires_at)
+            self._entries.pop(digest, None)
+            while len(self._entries) >= self._size:
+                del self._entries[next(iter(self._entries))]
+            self._entries[digest] = (grant, valid_until, provider, thumbprint)
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._entries)
+        return len(self._entries)
 
 
 @dataclass(frozen=True)
@@ -68,6 +123,17 @@ class _State:
     settings: AccessSettings
     cache: _VerifiedCache
     signature: _Signature
+    providers: dict[str, _Provider]
+
+
+def _providers(settings: AccessSettings, registry: IssuerKeyRegistry) -> dict[str, _Provider]:
+    providers = {}
+    for trusted in settings.trusted_issuers:
+        fetched = registry.keys_for(trusted.issuer, trusted.jwks_uri) if trusted.fetches_keys else None
+        providers[trusted.issuer] = _Provider(trusted, fetched)
+        if fetched is not None:
+            fetched.snapshot()  # the first fetch starts now, in the background
+    return providers
 
 
 class AccessControl:
@@ -79,25 +145,31 @@ class AccessControl:
         path: Path | None = None,
         *,
         check_interval: float = CHECK_INTERVAL_SECONDS,
+        registry: IssuerKeyRegistry = REGISTRY,
         _signature: _Signature = None,
     ) -> None:
         self._path = path
         self._check_interval = check_interval
+        self._registry = registry
         # from_file passes the stat taken *before* reading, so an edit made during the
         # read is noticed by the next check rather than lost.
-        self._state = _State(settings, _VerifiedCache(), _signature)
+        self._state = self._new_state(settings, _signature)
         self._last_check = time.monotonic()
         self._reload_lock = threading.Lock()
 
+    def _new_state(self, settings: AccessSettings, signature: _Signature) -> _State:
+        return _State(settings, _VerifiedCache(), signature, _providers(settings, self._registry))
+
     @classmethod
-    def from_file(cls, path: Path | None, *, check_interval: float = CHECK_INTERVAL_SECONDS) -> AccessControl:
+    def from_file(cls, path: Path | None, *, check_interval: float = CHECK_INTERVAL_SECONDS,
+                  registry: IssuerKeyRegistry = REGISTRY) -> AccessControl:
         """Load the file, or run public-only when ``path`` is None or the file is missing.
 
         A missing file is still watched: creating it later switches access on.
         Raises AccessConfigError if the file exists but is malformed.
         """
         if path is None:
-            return cls(public_only_settings(), None, check_interval=check_interval)
+            return cls(public_only_settings(), None, check_interval=check_interval, registry=registry)
         path = Path(path)
         signature = _stat(path)
         try:
@@ -106,7 +178,7 @@ class AccessControl:
             signature, settings = None, public_only_settings(str(path))
         else:
             _warn_if_readable_by_others(path)
-        return cls(settings, path, check_interval=check_interval, _signature=signature)
+        return cls(settings, path, check_interval=check_interval, registry=registry, _signature=signature)
 
     @property
     def settings(self) -> AccessSettings:
@@ -119,6 +191,11 @@ class AccessControl:
     @property
     def restricted_message(self) -> str:
         return self._state.settings.restricted_message
+
+    @property
+    def cached_verifications(self) -> int:
+        """How many verified tokens the cache holds now (at most CACHE_SIZE)."""
+        return len(self._state.cache)
 
     @property
     def default_private_access_tag(self) -> str:
@@ -148,10 +225,45 @@ class AccessControl:
         cached = state.cache.get(digest)
         if cached is not None:
             return cached
+        provider = None
+        if state.providers:
+            issuer = unverified_issuer(token)
+            provider = state.providers.get(issuer or "")
+            if provider is None and issuer is not None and issuer != state.settings.issuer:
+                raise TokenRejected("wrong issuer")  # neither this file's own nor one it trusts
+        if provider is not None:
+            checked = verify_provider_token(provider.trusted, provider.keys(), token, state.settings.revoked)
+            grant = Grant(subject=checked.subject, access_tags=state.cache.shared(checked.access_tags))
+            state.cache.put(digest, grant, checked.expires_at, provider, checked.key.thumbprint)
+            return grant
         verified = verify_token(state.settings, token)
-        grant = Grant(subject=verified.subject, access_tags=verified.access_tags)
-        state.cache.put(digest, grant, verified.expires_at)
+        grant = Grant(subject=verified.subject, access_tags=state.cache.shared(verified.access_tags))
+        valid_until = time.time() + CACHE_SECONDS
+        state.cache.put(digest, grant, valid_until if verified.expires_at is None else min(valid_until,
+                                                                                           verified.expires_at))
         return grant
+
+    def keys_pending(self, token: str | None) -> Future[Any] | None:
+        """The fetch of a trusted issuer's keys that `token` should wait for before `authorize`, if any.
+
+        Only for a provider's token not verified already: its issuer's first fetch while it runs, or,
+        when the token's key id is not among the keys held, a refetch (at most one per issuer per 30 s:
+        access/issuer_keys.py). Never blocks; the caller decides how long to wait on the future.
+        """
+        state = self._state
+        if not token or not state.providers or state.cache.get(token_digest(token)) is not None:
+            return None
+        provider = state.providers.get(unverified_issuer(token) or "")
+        if provider is None or provider.fetched is None:
+            return None
+        try:
+            kid = unverified_header(token).get("kid")
+        except TokenRejected:
+            return None
+        snapshot = provider.fetched.snapshot()
+        if snapshot is not None and (not isinstance(kid, str) or snapshot.keys.knows(kid)):
+            return None
+        return provider.fetched.refetch()
 
     def reload_if_changed(self, force: bool = False) -> bool:
         """Re-read the file if its stat changed (checked at most once per interval, unless `force`).
@@ -169,6 +281,8 @@ class AccessControl:
             return False  # another thread is checking right now
         try:
             self._last_check = now
+            for provider in self._state.providers.values():
+                provider.keys()  # keys due for refreshing are fetched in the background, requests or not
             signature = _stat(self._path)
             if signature == self._state.signature:
                 return False
@@ -179,14 +293,14 @@ class AccessControl:
             except AccessConfigError as error:
                 log.error("access settings not reloaded, keeping the previous ones: %s", error)
                 # Remember this version so the same broken file is reported once, not every second.
-                self._state = _State(self._state.settings, self._state.cache, signature)
+                self._state = _State(self._state.settings, self._state.cache, signature, self._state.providers)
                 return False
             if signature is None:
                 log.warning("%s is gone: serving public bits only until it returns", self._path)
             else:
                 log.info("access settings reloaded from %s", self._path)
                 _warn_if_readable_by_others(self._path)
-            self._state = _State(settings, _VerifiedCache(), signature)
+            self._state = self._new_state(settings, signature)
             return True
         finally:
             self._reload_lock.release()

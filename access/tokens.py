@@ -26,8 +26,9 @@ from typing import Any
 
 import jwt
 
-from .config import AccessSettings, IssuedRecord, check_tag
+from .config import AccessSettings, IssuedRecord
 from .errors import AccessConfigError, TokenRejected
+from .tags import check_tag
 
 LEEWAY_SECONDS = 30
 NEVER_EXPIRES_CLAIM = "exp_never"
@@ -136,7 +137,7 @@ def verify_token(settings: AccessSettings, token: str) -> VerifiedToken:
             options={"require": list(REQUIRED_CLAIMS), "strict_aud": True},
         )
     except jwt.PyJWTError as error:
-        raise TokenRejected(_reason(error)) from None
+        raise TokenRejected(rejection_reason(error)) from None
     return _check_claims(settings, claims)
 
 
@@ -164,7 +165,7 @@ def _check_claims(settings: AccessSettings, claims: dict[str, Any]) -> VerifiedT
     return VerifiedToken(subject, granted, jti, expires_at)
 
 
-def _reason(error: jwt.PyJWTError) -> str:
+def rejection_reason(error: jwt.PyJWTError) -> str:
     # Order matters: InvalidSignatureError is a DecodeError, and so on.
     if isinstance(error, jwt.ExpiredSignatureError):
         return "expired"

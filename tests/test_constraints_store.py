@@ -11,11 +11,10 @@ from constraint_reference import matches
 from librarian import TEST_MODEL, b64, unit_vectors, write_library
 
 from host.catalog.generations import load_catalog
-from host.catalog.model_index import ModelIndex
+from host.catalog.plan import SEGMENTS, read_plan
 from host.constraints import parse_constraint, parse_metadata_condition
 from host.constraints.text_index import BLOB, LAYOUT
 from host.search.model_text import constraint_mask
-from host.catalog.plan import SEGMENTS, read_plan
 from host.store.compiled import STORE_FORMAT
 
 TEXTS = [
@@ -85,7 +84,7 @@ def test_metadata_conditions_over_compiled_libraries(catalog) -> None:
     lambda folder: (folder / LAYOUT).write_text(json.dumps({"bytes": 0, "arrays": {}})),
 ])
 def test_a_damaged_text_index_is_rebuilt_not_trusted(tmp_path: Path, damage) -> None:
-    source = write_library(tmp_path / "lib.json", library_file(TEXTS))
+    write_library(tmp_path / "lib.json", library_file(TEXTS))
     load_catalog(tmp_path)
     damage(tmp_path / ".compiled" / SEGMENTS / read_plan(tmp_path / ".compiled")["lib"].segment)
     said: list[str] = []

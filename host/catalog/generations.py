@@ -106,8 +106,8 @@ class Catalog:
 
     @cached_property
     def names(self) -> tuple[str, ...]:
-        """Every library's name, sorted (`libraries` is in this order)."""
-        return tuple(library.name for library in self.libraries)
+        """Every library's name, sorted by code point: what host/catalog/selection.py bisects."""
+        return tuple(sorted(library.name for library in self.libraries))
 
     def public_fingerprint(self) -> tuple[tuple[str, str], ...]:
         """What anyone may see of this generation: a reload changes it only if the public view changed."""

@@ -10,6 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import access.cli
 import host.importer.cli
+from host import MANUAL_URL
 from host.cli import library_commands, publish, publisher_key, serve
 
 
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="polymath-host",
         description="Host Polymath libraries: answer similarity queries over HTTP, with access tokens.",
+        epilog=f"The manual: {MANUAL_URL}",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {installed_version()}")
     commands = parser.add_subparsers(metavar="COMMAND")

@@ -79,6 +79,10 @@ def register(commands: Any) -> None:
     access.add_argument("--access", type=Path, metavar="FILE",
                         help="also publish this access file's edge edition: public keys and revocations only")
     access.add_argument("--no-access", action="store_true", help="remove the access file published before")
+    publish.add_argument("--issuer-keys", choices=("fetch", "embed"), default="fetch",
+                         help="with --access: fetch (default): replicas fetch each trusted identity provider's keys "
+                              "themselves; embed: fetch them now and publish them in the edge edition, for replicas "
+                              "that may not reach the provider (publish again to carry the provider's new keys)")
     publish.add_argument("--sign", action="append", nargs="?", const=DEFAULT_KEY_FILE, type=Path, metavar="KEY_FILE",
                          help=f"sign the manifest with this publisher key (default {DEFAULT_KEY_FILE}; make one with "
                               "polymath-host publisher-key init); replicas started with --origin-key and its public key "
@@ -122,9 +126,12 @@ def publish_command(args: argparse.Namespace) -> int:
     validate_paths([source], args.max_library_bytes, say=lambda line: problems.append(line))
     problems = [line for line in problems if ": ok, " not in line]
     access = None
+    if args.issuer_keys == "embed" and args.access is None:
+        say("error: --issuer-keys embed goes with --access FILE (the file whose trusted issuers' keys are embedded)")
+        return 1
     if args.access is not None:
         try:
-            body, notes = edge_edition(args.access)
+            body, notes = edge_edition(args.access, embed_issuer_keys=args.issuer_keys == "embed")
             access = (Blob(hashlib.sha256(body).hexdigest(), len(body)), body)
             for note in notes:
                 say(f"{args.access}: {note}")

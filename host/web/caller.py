@@ -7,10 +7,19 @@ browsers' logs (RFC 6750 §5.3), so a request carrying a token in its query stri
 token there is never read. A token that fails verification is a 401 saying why ("renew it"); an
 unknown legacy opaque token is anonymous, as in the original host. Every endpoint and the rate
 limiter ask here; none reads credentials itself.
+
+A trusted identity provider's token comes in the same way and is verified by the same
+`AccessControl.authorize`. Its issuer's keys are fetched off the request's path; the one wait a
+request may have is `keys_ready`: for a token naming a key id its issuer's keys lack (the provider
+rotated them), or its issuer's first keys, the single bounded fetch (access/issuer_keys.py), awaited
+at most KEYS_WAIT_SECONDS on the event loop without blocking it. The `IssuerKeysReady` middleware does
+this for a Bearer token before any endpoint reads it; `POST /` for a token in its body.
 """
 
 from __future__ import annotations
 
+import asyncio
+from contextlib import suppress
 from dataclasses import dataclass
 from urllib.parse import parse_qsl
 
@@ -32,6 +41,7 @@ class Caller:
         return self.grant.access_tags
 
 
+KEYS_WAIT_SECONDS = 5.0
 URL_TOKEN_PARAMETERS = frozenset({"access_token", "token"})  # names clients put tokens under, in any case
 URL_TOKEN_REFUSAL = ("an access token in the URL is refused, because URLs end up in proxy, server and browser logs: "
                      "send it in an Authorization: Bearer header (POST / also reads an access_token field in its body), "
@@ -73,6 +83,14 @@ def caller_for(access: AccessControl, token: str | None) -> Caller:
 
 def request_caller(request: Request, body_token: str | None = None) -> Caller:
     return caller_for(host_state(request).access, presented_token(request, body_token))
+
+
+async def keys_ready(access: AccessControl, token: str | None) -> None:
+    """Wait for the fetch of a trusted issuer's keys that `token` needs, if any, at most KEYS_WAIT_SECONDS."""
+    pending = access.keys_pending(token) if token else None
+    if pending is not None:
+        with suppress(TimeoutError):  # then the token is answered with the keys there are
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(pending)), KEYS_WAIT_SECONDS)
 
 
 def verified_subject(access: AccessControl, headers: Headers) -> str | None:

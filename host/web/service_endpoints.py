@@ -7,6 +7,7 @@ import time
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
+from access.issuer_keys import REGISTRY
 from host.catalog.replica import Replica
 from host.search.batching import BATCHER
 from host.service.prometheus import heading, sample
@@ -38,7 +39,7 @@ async def metrics(request: Request) -> Response:
     state = host_state(request)
     # Embedding figures only for models anyone may see: an embedder of a private-only model is not named.
     public_models = [model for model, index in state.catalog.models.items() if index.visible_count(frozenset())]
-    lines = state.embedders.stats.render_lines(public_models) + scan_lines() + origin_lines(state)
+    lines = state.embedders.stats.render_lines(public_models) + scan_lines() + origin_lines(state) + issuer_key_lines()
     text = state.metrics.render() + "\n".join(lines) + "\n"
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
@@ -49,6 +50,26 @@ def scan_lines() -> list[str]:
             sample("polymath_scan_steps_total", (), BATCHER.steps),
             *heading("polymath_scan_step_queries_total", "counter", "Queries scored by those steps (one per query aboard)."),
             sample("polymath_scan_step_queries_total", (), BATCHER.step_queries)]
+
+
+def issuer_key_lines() -> list[str]:
+    """The trusted identity providers' keys this process holds (access/issuer_keys.py): their age, failed fetches."""
+    statuses = REGISTRY.statuses()
+    if not statuses:
+        return []
+    now = time.time()
+    labelled = [((("issuer", status.issuer),), status) for status in statuses]
+    return [*heading("polymath_issuer_keys_age_seconds", "gauge",
+                     "Seconds since a trusted issuer's keys were last fetched (-1: never yet)."),
+            *(sample("polymath_issuer_keys_age_seconds", labels,
+                     round(now - status.fetched_at, 3) if status.fetched_at is not None else -1)
+              for labels, status in labelled),
+            *heading("polymath_issuer_key_fetches_total", "counter", "Fetches of a trusted issuer's keys started."),
+            *(sample("polymath_issuer_key_fetches_total", labels, status.fetches) for labels, status in labelled),
+            *heading("polymath_issuer_key_refresh_failures_total", "counter",
+                     "Fetches of a trusted issuer's keys that failed, by reason."),
+            *(sample("polymath_issuer_key_refresh_failures_total", (*labels, ("reason", reason)), count)
+              for labels, status in labelled for reason, count in sorted(status.failures.items()))]
 
 
 def origin_lines(state: HostState) -> list[str]:

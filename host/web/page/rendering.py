@@ -21,8 +21,10 @@ from starlette.responses import FileResponse, Response
 from starlette.staticfiles import NotModifiedResponse, StaticFiles
 from starlette.types import Scope
 
+from host import MANUAL_URL
 from host.web.page.data import PageData
 from host.web.page.maps import LibraryMap
+from host.web.page.sign_in import SignInPage
 
 WEB = Path(__file__).resolve().parents[1]
 TEMPLATES = WEB / "templates"
@@ -53,11 +55,12 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.globals["asset_url"] = asset_url
+    env.globals["manual_url"] = MANUAL_URL
     return env
 
 
-def render_page(data: PageData) -> str:
-    return environment().get_template("page.html").render(page=data)
+def render_page(data: PageData, sign_in: SignInPage | None = None) -> str:
+    return environment().get_template("page.html").render(page=data, sign_in=sign_in)
 
 
 def render_map(library_map: LibraryMap) -> str:

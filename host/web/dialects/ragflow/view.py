@@ -32,6 +32,7 @@ from host.catalog.libraries import Library
 from host.catalog.model_index import ModelIndex
 from host.constraints.value_index import ValueIndex
 from host.store.compiled import Segment, text_index_of
+from host.web.library_selection import Reach
 
 INFO_KEYS = ("url", "title", "description", "image_url")
 
@@ -127,13 +128,14 @@ class Dataset:
         return {key: info[key] for key in INFO_KEYS if isinstance(info, dict) and isinstance(info.get(key), str)}
 
 
-def visible_datasets(catalog: Catalog, access_tags: frozenset[str]) -> list[Dataset]:
-    """The libraries this caller may see a bit of, in the catalog's (name) order. A dataset's rows are
-    looked at only when its chunks or documents are asked for: listing ten thousand costs no pass over bits."""
+def visible_datasets(catalog: Catalog, access_tags: frozenset[str], reach: Reach | None = None) -> list[Dataset]:
+    """The libraries this caller may see a bit of (within `reach`: a `/p/{name}/` prefix's), in the
+    catalog's (name) order. A dataset's rows are looked at only when its chunks or documents are asked
+    for: listing ten thousand costs no pass over bits."""
     found = []
     for library in catalog.libraries:
         index = catalog.models.get(library.embedding_model)
-        if index is None or not library.visible_bit_count(access_tags):
+        if index is None or not library.visible_bit_count(access_tags) or (reach is not None and not reach.holds(library.name)):
             continue
         [position] = [number for number, segment in enumerate(index.segments) if segment is library.segment]
         dataset = Dataset(library, index, int(index.offsets[position]), access_tags)
