@@ -12,6 +12,7 @@ from components import admin
 from librarian import TEST_MODEL, make_library, segment_folder, unit_vectors, write_library
 
 from access import AccessControl, TokenRejected
+from host.catalog.replica import Replica
 from host.cli import main
 from host.origin.local import FolderOrigin
 from host.origin.manifest import MANIFEST_KEY, parse_manifest
@@ -156,3 +157,21 @@ def test_the_published_access_file_holds_only_what_verifies_and_replicas_honour_
     assert parse_manifest((destination / MANIFEST_KEY).read_bytes(), "test").access is not None
     assert main(["publish", str(source), str(destination), "--no-access", "--quiet"]) == 0
     assert parse_manifest((destination / MANIFEST_KEY).read_bytes(), "test").access is None
+
+
+def test_each_publisher_folders_access_file_travels_with_the_set_as_its_edge_edition(tmp_path: Path) -> None:
+    source = folder_of_libraries(tmp_path / "source", a=1)
+    folder_of_libraries(source / "writers" / "ada", notes=2)
+    file = source / "writers" / "ada" / "access.SECRET.json"
+    assert main(["access", "init", "--access", str(file), "--issuer", "https://example.org/ada", "--alg", "EdDSA"]) == 0
+    destination = tmp_path / "published"
+    assert main(["publish", str(source), str(destination), "--quiet"]) == 0
+    manifest = parse_manifest((destination / MANIFEST_KEY).read_bytes(), "test")
+    (publisher,) = manifest.publishers
+    published = json.loads((destination / publisher.blob.key).read_text())
+    assert publisher.folder == "writers/ada" and published["issuer"] == "https://example.org/ada"
+    assert all("private_key" not in key for key in published["keys"]) and published["keys"]  # verifies, never signs
+    replica = Replica(FolderOrigin(destination), tmp_path / "cache")
+    folder = replica.sync()
+    assert folder is not None
+    assert json.loads((folder / "writers" / "ada" / "access.SECRET.json").read_text()) == published

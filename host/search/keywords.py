@@ -55,6 +55,7 @@ from host.store.compiled import keywords_of
 REMEMBERED_QUERIES = 256  # weighed queries kept (`weigh`)
 _WEIGHED: dict[tuple[int, str, frozenset[str]], tuple[weakref.ref[ModelIndex], Weighted]] = {}
 MOST_TERMS = 128  # distinct terms of a query: CISI's longest judged query has 134, its median 25
+SUBSET_ROWS = 4096  # rows allowed at most for them to be scored one by one rather than found in the postings
 
 
 @dataclass(frozen=True)
@@ -138,9 +139,15 @@ def _allowed(keywords: KeywordIndex, tags: tuple[str, ...], granted: frozenset[s
 
 def keyword_top(index: ModelIndex, weighted: Weighted, k: int, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """The k best rows (global) by BM25 among those `allowed` (a bool mask over the model's rows;
-    None: all), best first, ties in file order, and their scores (float64)."""
+    None: all), best first, ties in file order, and their scores (float64).
+
+    Where at most SUBSET_ROWS rows are allowed (one small library among ten thousand), those rows are
+    scored (`keyword_scores`, the same values), not the postings of the whole model: choosing one
+    library costs what a host holding only it would spend."""
     if weighted.empty or k < 1:
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
+    if allowed is not None and np.count_nonzero(allowed) <= SUBSET_ROWS:
+        return _best_of(index, weighted, np.flatnonzero(allowed), k)
     found_rows, found_scores = [], []
     for position, segment in enumerate(index.segments):
         numbers = weighted.numbers[position]
@@ -157,6 +164,15 @@ def keyword_top(index: ModelIndex, weighted: Weighted, k: int, allowed: np.ndarr
     if not found_rows:
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
     rows, scores = np.concatenate(found_rows), np.concatenate(found_scores)
+    best = np.lexsort((rows if index.tie_keys is None else index.tie_keys[rows], -scores))[:k]
+    return rows[best], scores[best]
+
+
+def _best_of(index: ModelIndex, weighted: Weighted, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """`keyword_top` over a few rows: each scored, those holding a term ranked."""
+    scores = keyword_scores(index, weighted, rows)
+    holding = scores > 0
+    rows, scores = rows[holding], scores[holding]
     best = np.lexsort((rows if index.tie_keys is None else index.tie_keys[rows], -scores))[:k]
     return rows[best], scores[best]
 
