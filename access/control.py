@@ -38,6 +38,7 @@ log = logging.getLogger("polymath_host.access")
 CACHE_SIZE = 100_000
 CACHE_SECONDS = 60.0  # the host's own tokens; a provider's are kept until they expire, while its keys hold
 CHECK_INTERVAL_SECONDS = 1.0
+TAG_SETS_KEPT = 4096
 
 # (st_mtime_ns, st_size, st_ino), or None when the file does not exist.
 _Signature = tuple[int, int, int] | None
@@ -84,6 +85,13 @@ class _VerifiedCache:
         self._entries: dict[bytes, tuple[Grant, float, _Provider | None, str | None]] = {}
         self._size = size
         self._lock = threading.Lock()
+        # One frozenset per distinct grant of tags (a few: rules decide them), not one per token: 200 bytes each.
+        self._tag_sets: dict[frozenset[str], frozenset[str]] = {}
+
+    def shared(self, tags: frozenset[str]) -> frozenset[str]:
+        if len(self._tag_sets) >= TAG_SETS_KEPT:
+            return tags
+        return self._tag_sets.setdefault(tags, tags)
 
     def get(self, digest: bytes) -> Grant | None:
         entry = self._entries.get(digest)
@@ -185,6 +193,11 @@ class AccessControl:
         return self._state.settings.restricted_message
 
     @property
+    def cached_verifications(self) -> int:
+        """How many verified tokens the cache holds now (at most CACHE_SIZE)."""
+        return len(self._state.cache)
+
+    @property
     def default_private_access_tag(self) -> str:
         return self._state.settings.default_private_access_tag
 
@@ -220,11 +233,11 @@ class AccessControl:
                 raise TokenRejected("wrong issuer")  # neither this file's own nor one it trusts
         if provider is not None:
             checked = verify_provider_token(provider.trusted, provider.keys(), token, state.settings.revoked)
-            grant = Grant(subject=checked.subject, access_tags=checked.access_tags)
+            grant = Grant(subject=checked.subject, access_tags=state.cache.shared(checked.access_tags))
             state.cache.put(digest, grant, checked.expires_at, provider, checked.key.thumbprint)
             return grant
         verified = verify_token(state.settings, token)
-        grant = Grant(subject=verified.subject, access_tags=verified.access_tags)
+        grant = Grant(subject=verified.subject, access_tags=state.cache.shared(verified.access_tags))
         valid_until = time.time() + CACHE_SECONDS
         state.cache.put(digest, grant, valid_until if verified.expires_at is None else min(valid_until,
                                                                                            verified.expires_at))

@@ -18,6 +18,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
@@ -61,8 +62,12 @@ class KeySet:
     def algorithms(self) -> frozenset[str]:
         return frozenset(alg for key in self.keys for alg in key.algorithms)
 
+    @cached_property
+    def thumbprints(self) -> frozenset[str]:
+        return frozenset(key.thumbprint for key in self.keys)
+
     def holds(self, thumbprint: str) -> bool:
-        return any(key.thumbprint == thumbprint for key in self.keys)
+        return thumbprint in self.thumbprints
 
     def knows(self, kid: str | None) -> bool:
         return kid is None or any(key.kid == kid for key in self.keys)

@@ -327,7 +327,8 @@ def test_a_key_set_holding_a_symmetric_key_is_refused_whole(provider: KeyServer,
         assert rejection(control, RSA.sign(claims_for(provider.issuer))) == "issuer keys unavailable"
     assert "symmetric (oct) key" in caplog.text
     (status,) = registry.statuses()
-    assert status.failures == {"bad_document": 1} and status.fetched_at is None
+    # The fetch at start, and a refetch if the token came after it failed: refused each time.
+    assert set(status.failures) == {"bad_document"} and status.fetched_at is None
 
 
 def test_a_discovery_document_naming_another_issuer_is_refused(provider: KeyServer, tmp_path: Path) -> None:
@@ -335,7 +336,7 @@ def test_a_discovery_document_naming_another_issuer_is_refused(provider: KeyServ
     registry = IssuerKeyRegistry()
     control = control_for(tmp_path, entry(provider.issuer), registry=registry)
     assert rejection(control, RSA.sign(claims_for(provider.issuer))) == "issuer keys unavailable"
-    assert registry.statuses()[0].failures == {"wrong_issuer": 1}
+    assert set(registry.statuses()[0].failures) == {"wrong_issuer"}
     assert provider.count() == 0  # its jwks_uri was never followed
 
 
@@ -366,26 +367,41 @@ def test_a_failing_provider_leaves_the_last_good_keys_in_force(mode: str, provid
     assert "fetched again" in caplog.text and registry.statuses()[0].problem is None
 
 
-def test_a_provider_that_hangs_never_holds_a_request(provider: KeyServer, tmp_path: Path) -> None:
-    provider.set(mode="hang")
+def test_a_provider_that_hangs_or_drips_never_holds_a_request(provider: KeyServer, tmp_path: Path) -> None:
+    with key_server([RSA]) as dripping:
+        provider.set(mode="hang")  # answers nothing at all
+        dripping.set(mode="slow")  # a byte every half second: each read is quick, the whole never ends
+        registry = IssuerKeyRegistry()
+        control = control_for(tmp_path, entry(provider.issuer), entry(dripping.issuer), registry=registry)
+        tokens = [RSA.sign(claims_for(provider.issuer)), RSA.sign(claims_for(dripping.issuer))]
+        pending = [control.keys_pending(token) for token in tokens]
+        assert all(future is not None and not future.done() for future in pending)
+        answered = threading.Event()
+
+        def ask() -> None:
+            for token in tokens:
+                with pytest.raises(TokenRejected, match="issuer keys unavailable"):
+                    control.authorize(token)  # while the fetches hang
+            answered.set()
+
+        asking = threading.Thread(target=ask)
+        asking.start()
+        assert answered.wait(30), "authorize waited on a provider"
+        asking.join()
+        for future in pending:
+            assert future is not None and future.result(timeout=30) is None  # each fetch gave up by itself
+        assert [status.failures for status in registry.statuses()] == [{"timeout": 1}, {"timeout": 1}]
+
+
+def test_an_unreachable_provider_is_refused_at_once(tmp_path: Path) -> None:
+    from host.service.harness import free_port
+    issuer = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     registry = IssuerKeyRegistry()
-    control = control_for(tmp_path, entry(provider.issuer), registry=registry)
-    token = RSA.sign(claims_for(provider.issuer))
-    pending = control.keys_pending(token)
-    assert pending is not None and not pending.done()
-    answered = threading.Event()
-
-    def ask() -> None:
-        with pytest.raises(TokenRejected, match="issuer keys unavailable"):
-            control.authorize(token)  # while the fetch hangs
-        answered.set()
-
-    asking = threading.Thread(target=ask)
-    asking.start()
-    assert answered.wait(30), "authorize waited on the provider"
-    asking.join()
-    assert pending.result(timeout=30) is None  # the fetch gave up by itself (its read timeout)
-    assert registry.statuses()[0].failures == {"timeout": 1}
+    control = control_for(tmp_path, entry(issuer), registry=registry)
+    for n in range(20):
+        assert rejection(control, RSA.sign(claims_for(issuer, f"reader-{n}"))) == "issuer keys unavailable"
+    # The fetch at start, and the one refetch the first token asked for: no more within 30 s.
+    assert registry.statuses()[0].failures == {"unreachable": 2}
 
 
 def test_keys_older_than_the_files_window_stop_verifying(provider: KeyServer, tmp_path: Path,
@@ -426,6 +442,7 @@ def test_a_verified_token_is_served_from_the_cache_while_its_key_is_published(pr
     keys = registry.keys_for(provider.issuer, None)
     keys.snapshot()
     pending = keys.pending()
-    assert pending is not None
-    pending.result(timeout=15)
+    if pending is not None:  # else it is over already
+        pending.result(timeout=15)
+    assert registry.statuses()[0].fetches == 2
     assert rejection(control, token) == "unknown key id"  # the cached verification went with the key

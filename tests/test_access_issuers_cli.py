@@ -196,6 +196,15 @@ def test_explain_reads_stdin_and_explains_the_hosts_own_tokens(path: Path, capsy
     assert code == 1 and "neither a JWT nor a legacy token" in out
 
 
+def test_explain_explains_a_legacy_token(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = json.loads(path.read_text())
+    data["tokens"] = {"alice": {"token": "sk_alice_0123456789", "access_tags": ["team"]}}
+    path.write_text(json.dumps(data))
+    code, out, _ = run(capsys, "token", "explain", "sk_alice_0123456789", "--access", str(path))
+    assert code == 0 and "sk_alice" not in out
+    assert "kind: the legacy opaque token 'alice' of this file" in out and "grants: team" in out
+
+
 def test_explain_names_an_untrusted_issuer(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     token = RSA.sign(claims_for("https://stranger.example.com"))
     code, out, _ = run(capsys, "token", "explain", token, "--access", str(path))

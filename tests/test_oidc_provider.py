@@ -103,8 +103,10 @@ def test_post_slash_the_page_and_libraries_show_members_the_drafts(world: World)
         assert answer.headers["cache-control"].startswith("private" if token else "public")
     page = httpx.get(f"{world.url}/", headers={"Accept": "application/json", **bearer(members)}, timeout=60)
     assert page.status_code == 200 and page.headers["cache-control"].startswith("private")
-    assert DRAFTS in json.dumps(page.json()["libraries"])
-    html = httpx.get(f"{world.url}/", headers={"Accept": "text/html", **bearer(members)}, timeout=60)
+    assert DRAFTS.partition("/")[0] in [publisher["name"] for publisher in page.json()["publishers"]]
+    folder = httpx.get(f"{world.url}/p/access/", headers={"Accept": "application/json", **bearer(members)}, timeout=60)
+    assert DRAFTS in json.dumps(folder.json()["libraries"])
+    html = httpx.get(f"{world.url}/p/access/", headers={"Accept": "text/html", **bearer(members)}, timeout=60)
     assert html.status_code == 200 and DRAFTS in html.text
 
 
@@ -184,6 +186,21 @@ def test_the_js_client_sends_the_token_in_its_body_and_sees_the_drafts(world: Wo
             assert (bits[0]["similarity"] > 0.999) is sees
     finally:
         stop_host(wide)
+
+
+def test_a_replica_verifies_with_the_keys_embedded_at_publish(world: World, tmp_path: Path) -> None:
+    origin = tmp_path / "origin"
+    admin("publish", str(world.root / "libraries"), str(origin), "--quiet", "--access",
+          str(world.root / "access.SECRET.json"), "--issuer-keys", "embed", cwd=world.root)
+    replica = start_host(f"file://{origin}", "--cache-dir", str(tmp_path / "cache"), timeout=60, embedder=True,
+                         cwd=tmp_path)
+    try:
+        assert libraries(replica.url, world.token("members")) == [DRAFTS, "sample"]
+        assert libraries(replica.url, world.token("free")) == ["sample"]
+        # It verified with the edition's keys: it holds no fetched keys of any provider.
+        assert "polymath_issuer_keys_age_seconds" not in httpx.get(f"{replica.url}/metrics", timeout=10).text
+    finally:
+        stop_host(replica)
 
 
 def metric(url: str, name: str) -> float:

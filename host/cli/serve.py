@@ -58,11 +58,18 @@ def serve_command(args: argparse.Namespace) -> int:
         from host.web.app import create_app, embedders_for
         from host.web.dialects import mcp_server
         from host.web.middleware.cors import parse_cors_origins
+        from host.web.page.sign_in import sign_in_config
 
         try:
             parse_cors_origins(settings.cors_origin)
         except ValueError as problem:
             say(f"error: --cors-origin: {problem}")
+            return 1
+        try:
+            sign_in_config(settings.sign_in, settings.sign_in_client, settings.sign_in_scope,
+                           settings.sign_in_parameters, settings.sign_in_token)
+        except ValueError as problem:
+            say(f"error: {problem}")
             return 1
         try:
             said = syncing.result()
@@ -78,6 +85,9 @@ def serve_command(args: argparse.Namespace) -> int:
     except AccessConfigError as problem:
         say(f"error: {problem}")
         return 1
+    if settings.sign_in is not None and access_control.settings.trusted_issuer(settings.sign_in) is None:
+        say(f"warning: --sign-in {settings.sign_in} is not a trusted issuer of {access_file}: the host refuses its "
+            f"tokens until it is (polymath-host access trust {settings.sign_in} --audience AUD --grant RULE)")
     limit_blas_threads(settings.blas_threads)
     configure_scans(settings.scan_threads, settings.max_batch)
     started = time.perf_counter()

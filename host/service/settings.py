@@ -134,6 +134,22 @@ class Settings:
         "of this machine or its container; the pages are shared by every worker; 0: never); a model whose "
         "vectors are larger is searched through its 8-bit codes, which are read in their place (where the "
         "compiled loops are built, every clustered model is searched through them)", metavar="N"))
+    sign_in: str | None = field(default=None, metadata=option(
+        "the identity provider readers sign in at from the page (OpenID Connect: authorization code with PKCE, "
+        "as a public client), to search with its token; the access file must trust it (polymath-host access "
+        "trust ISSUER_URL ...). Needs --sign-in-client. See docs/sign-in.md", metavar="ISSUER_URL"))
+    sign_in_client: str | None = field(default=None, metadata=option(
+        "the client id of this page at that provider: a public client (no secret) whose redirect URI is this "
+        "host's page, e.g. https://library.example.com/", metavar="CLIENT_ID"))
+    sign_in_scope: str = field(default="openid", metadata=option(
+        "the scopes the page asks for (default %(default)s; add what your provider needs to issue an access token "
+        "for this host, e.g. 'openid library')", metavar="SCOPES"))
+    sign_in_parameters: str | None = field(default=None, metadata=option(
+        "more parameters for the provider's authorization request, as a query string: audience=https://... "
+        "(Auth0), resource=https://... (RFC 8707)", metavar="QUERY"))
+    sign_in_token: str = field(default="access", metadata=option(
+        "the token the page searches with: access (default), or id for a provider whose access tokens are not "
+        "JWTs for this host (Google: trust it with --audience CLIENT_ID)", choices=("access", "id")))
     cors_origin: str = field(default="*", metadata=option(
         "origins whose web pages may call this host from a browser (CORS): * (default) for any page, "
         "none for no page of another origin, or origins such as https://app.example (repeat the option, "

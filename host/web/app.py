@@ -38,21 +38,25 @@ from host.web.dialects import dify, mcp_server, openai_embeddings, openai_errors
 from host.web.errors import HTTPError, from_core
 from host.web.library_endpoints import library_file, list_libraries
 from host.web.middleware import (
-    POLYMATH_LINK,
     AccessLog,
     CrossOrigin,
     DialectErrors,
     PolymathLinkHeader,
+    PublisherPrefix,
     RateLimit,
+    RefusedPrefix,
     RequestBodyGuard,
     SecurityHeaders,
     TokensOutOfURLs,
     parse_cors_origins,
 )
 from host.web.middleware.issuer_keys import IssuerKeysReady
+from host.web.middleware.link_header import polymath_link
+from host.web.middleware.publisher_prefix import route_path
 from host.web.middleware.security_headers import SECURITY_HEADERS
 from host.web.page.endpoints import home_page, library_map
 from host.web.page.rendering import STATIC_PREFIX, StaticAssets
+from host.web.page.sign_in import SignIn, sign_in_config
 from host.web.query_endpoint import query_endpoint
 from host.web.responses import error_response
 from host.web.server import drain_on_sigterm, prepare_worker
@@ -94,6 +98,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
         embedders = embedders_for(settings, catalog)
     state = HostState(settings, catalog, access or AccessControl.from_file(sources.access_file), embedders)
     state.origins = sources
+    state.sign_in = sign_in_for(settings)
     watcher = LibraryWatcher(state, sources.root, cache_dir=sources.compiled_dir,
                              max_bytes=settings.max_library_bytes, interval=settings.watch_interval,
                              also_each_poll=partial(state.access.reload_if_changed, force=True), replica=sources.replica,
@@ -126,6 +131,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
     app = Starlette(
         routes=[*ROUTES, *ragflow.routes(), *mcp_server.routes(mcp)],
         middleware=[
+            Middleware(PublisherPrefix),  # first: every other layer sees /p/{name}/'s paths as the host's own
             Middleware(PolymathLinkHeader),
             Middleware(ragflow.RAGFlowEnvelope),  # under /api/v1/, every answer in RAGFlow's envelope
             Middleware(DialectErrors, prefix=openai_errors.PREFIX, rewrite=openai_errors.as_openai_error),
@@ -140,6 +146,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
             Middleware(RateLimit, per_second=settings.rate_limit, burst=settings.rate_burst,
                        subject_of=partial(verified_subject, state.access)),
             Middleware(RequestBodyGuard, max_bytes=settings.max_body_bytes, read_timeout=settings.body_read_timeout),
+            Middleware(RefusedPrefix),  # last: a refused /p/ name's 400, shaped by every layer above
         ],
         lifespan=lifespan,
         exception_handlers={
@@ -157,6 +164,13 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
     app.state.cors = cors
     app.state.watcher = watcher
     return app
+
+
+def sign_in_for(settings: Settings) -> SignIn | None:
+    """The page's sign-in `serve --sign-in` asks for (ValueError for options that do not fit together)."""
+    config = sign_in_config(settings.sign_in, settings.sign_in_client, settings.sign_in_scope,
+                            settings.sign_in_parameters, settings.sign_in_token)
+    return SignIn(config) if config is not None else None
 
 
 def embedders_for(settings: Settings, catalog: Catalog) -> Embedders:
@@ -211,7 +225,7 @@ async def on_starlette_error(request: Request, error: Exception) -> Response:
     messages = {404: "there is nothing at this path", 405: f"{request.method} is not allowed on {request.url.path}"}
     headers = dict(error.headers or {})
     if error.status_code == 405:  # every method of the path: `/` is two routes (GET the page, POST a query)
-        headers["Allow"] = allowed_methods(request.app.router.routes, request.url.path) or headers.get("Allow", "")
+        headers["Allow"] = allowed_methods(request.app.router.routes, route_path(request.scope)) or headers.get("Allow", "")
     return error_response(HTTPError(error.status_code, messages.get(error.status_code, str(error.detail)), headers))
 
 
@@ -235,6 +249,6 @@ async def on_crash(request: Request, error: Exception) -> Response:
     log.exception("internal error on %s %s", request.method, request.url.path)
     # Starlette sends this response from outside every middleware, so PolymathLinkHeader and
     # CrossOrigin never see it: their headers are added here.
-    headers = {"Link": POLYMATH_LINK.decode(), **SECURITY_HEADERS,
+    headers = {"Link": polymath_link(request.scope).decode(), **SECURITY_HEADERS,
                **request.app.state.cors.headers_for(request.headers.get("origin"))}
     return error_response(HTTPError(500, "the host failed to answer this request; the error is logged", headers))

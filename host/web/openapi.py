@@ -4,7 +4,10 @@
 `document_for(max_count)`, the same with its own `--max-count` wherever a limit follows it (a schema
 marked `"x-limit": "max_count"`, capped at its `x-cap` when it has one). tests/test_schemathesis.py
 holds the host to it.
-"""
+
+Every path of the host's own API is served under `/p/{publisher}/` too, for that name's libraries
+alone (host/web/middleware/publisher_prefix.py): `_publisher_paths` describes each such copy from the
+operation itself, so the two never disagree."""
 
 from __future__ import annotations
 
@@ -12,10 +15,14 @@ import copy
 from functools import cache
 from typing import Any
 
+from host.catalog.selection import MAX_NAME_CHARACTERS
 from host.web.dialects.openapi_paths import NOT_SPACE, SPACE
 from host.web.dialects.openapi_paths import PATHS as DIALECT_PATHS
 from host.web.dialects.openapi_retrieval import PATHS as RETRIEVAL_PATHS
 from host.web.dialects.openapi_retrieval import SCHEMAS as RETRIEVAL_SCHEMAS
+from host.web.library_endpoints import DEFAULT_LIMIT, MAX_LIMIT
+from host.web.middleware.publisher_prefix import ROUTE_WORDS
+from host.web.query_args import MAX_LIBRARY_NAMES
 
 _ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
 
@@ -82,8 +89,12 @@ _QUERY_ARGUMENTS = {
                                                  "defaults to the host's only model."},
         "similarity_threshold": _number("Only bits at least this similar (in vector mode the list ends at the first "
                                         "bit below it).", {}, _DECIMAL),
-        "score_threshold": _number("Only bits whose rank score (score: BM25 or the fused score; in vector mode the "
-                                   "similarity) reaches it.", {}, _DECIMAL),
+        "score_threshold": _number("Only bits whose rank score reaches it: score (0-1, the same in every query: the "
+                                   "fused score, or min(1, BM25 / the query's norm) in keyword mode), in vector mode "
+                                   "the similarity. Above the best bit's, the answer is empty; details.best_score "
+                                   "tells the best either way. 0.4 kept at least 92% of answers to real questions and "
+                                   "turned away at least 88% about something else, in every mode (all-MiniLM-L6-v2; "
+                                   "docs/quality.md).", {}, _DECIMAL),
         "constraint": {"description": "A query expression the bits must match (title:, url:, description:, "
                                       "image_url:, library:, text:; AND/OR/NOT; \"phrases\"; prefix*), "
                                       "or its structured JSON form; one that does not parse is a 400 saying where.",
@@ -104,6 +115,15 @@ _QUERY_ARGUMENTS = {
         "access_token": {"type": "string", "nullable": True,
                          "description": "Also accepted as Authorization: Bearer; never in the URL (a token in the "
                                         "query string is a 400 on every path). Empty: none."},
+        "libraries": {"description": "Only the bits of these libraries: each name a library's, or a folder's "
+                                     "(every library in it), as GET /libraries names them. A form field holds one "
+                                     "name; JSON may list several. A name that selects nothing the caller may see "
+                                     "is a 404; one that tries to leave its folder (.., absolute, a backslash, NUL, "
+                                     "percent-encoded or not) a 400.",
+                      "nullable": True,
+                      "oneOf": [{"type": "string", "maxLength": MAX_NAME_CHARACTERS},
+                                {"type": "array", "minItems": 1, "maxItems": MAX_LIBRARY_NAMES,
+                                 "items": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARACTERS}}]},
     },
     "allOf": [
         {"anyOf": [{"not": _TEXT_MODE}, _NON_BLANK]},
@@ -201,9 +221,18 @@ def _openai_error(description: str) -> dict[str, Any]:
 
 
 _JSON_BODY = {"application/json": {"schema": {"$ref": "#/components/schemas/Library"}}}
+_LIBRARY_LIST = {"type": "object", "required": ["libraries"], "properties": {
+    "libraries": {"type": "array", "items": {"type": "object", "required": ["name", "url", "embedding_model", "dimension",
+                                                                          "bits"], "properties": {
+        "name": {"type": "string"}, "url": {"type": "string", "description": "The library's file on this host"},
+        "embedding_model": {"type": "string"}, "dimension": {"type": "integer"},
+        "bits": {"type": "integer", "description": "Those the caller may see"}}}},
+    "next_cursor": {"type": "string", "nullable": True,
+                    "description": "Only in a page: the cursor of the next one, null after the last"}}}
 _TOKEN_PARAMETERS = [
     {"name": "Authorization", "in": "header", "required": False, "schema": {"type": "string"},
-     "description": "Bearer <access token> (never in the URL: a token in the query string is a 400)"},
+     "description": "Bearer <access token>: one this host issued, or a token of an identity provider its access "
+                    "file trusts (never in the URL: a token in the query string is a 400)"},
 ]
 
 _NOTICE = {"type": "object", "required": ["level", "text"], "properties": {
@@ -221,6 +250,11 @@ _PAGE_BIT = {"type": "object", "required": ["id", "title", "href", "text", "simi
     "library": {"type": "string"},
     "access_tag": {"type": "string", "nullable": True, "description": "Only on bits the caller's token grants."},
     "like_href": {"type": "string"}}}
+_PAGE_LIBRARY = {"type": "object", "properties": {
+    "name": {"type": "string"}, "page_href": {"type": "string"}, "file_href": {"type": "string"},
+    "map_href": {"type": "string"}, "bit_count": {"type": "integer"}, "private_bit_count": {"type": "integer"},
+    "embedding_model": {"type": "string"}, "description": {"type": "string", "nullable": True},
+    "searchable": {"type": "boolean"}}}
 _PAGE = {
     "type": "object",
     "description": "The page's data (host/web/page/data.py): what the HTML page renders.",
@@ -236,11 +270,17 @@ _PAGE = {
         "caller": {"type": "object", "nullable": True, "properties": {
             "subject": {"type": "string"}, "access_tags": {"type": "array", "items": {"type": "string"}}}},
         "notices": {"type": "array", "items": _NOTICE},
-        "libraries": {"type": "array", "items": {"type": "object", "properties": {
-            "name": {"type": "string"}, "page_href": {"type": "string"}, "file_href": {"type": "string"},
-            "map_href": {"type": "string"}, "bit_count": {"type": "integer"}, "private_bit_count": {"type": "integer"},
-            "embedding_model": {"type": "string"}, "description": {"type": "string", "nullable": True},
-            "searchable": {"type": "boolean"}}}},
+        "libraries": {"type": "array", "items": _PAGE_LIBRARY,
+                      "description": "A publisher's libraries; on the whole host's page, those outside any folder"},
+        "publishers": {"type": "array", "description": "The whole host's page: its folders of libraries",
+                       "items": {"type": "object", "properties": {
+                           "name": {"type": "string"}, "page_href": {"type": "string"},
+                           "libraries_href": {"type": "string"}, "library_count": {"type": "integer"},
+                           "bit_count": {"type": "integer"}, "private_bit_count": {"type": "integer"}}}},
+        "listed_of": {"type": "integer", "description": "How many there are to list (the page lists at most 1,000)"},
+        "root": {"type": "string", "description": "The page's own path: / or /p/<name>/"},
+        "publisher": {"type": "string", "nullable": True, "description": "A publisher's page: its name"},
+        "library_view": {"allOf": [_PAGE_LIBRARY], "nullable": True, "description": "The library page's library"},
         "sections": {"type": "array", "items": {"type": "object", "properties": {
             "heading": {"type": "string"}, "model": {"type": "string"},
             "kind": {"type": "string", "enum": ["ranked", "sample"]},
@@ -307,6 +347,7 @@ OPENAPI: dict[str, Any] = {
                                         "text/plain": {"schema": {"type": "string"}}}},
                     "400": _error("A bad argument"),
                     "401": _error("An access token that failed verification"),
+                    "404": _error("A name in libraries selects no library this caller may see"),
                     "408": _error("The body did not arrive in time"),
                     "413": _error("The body is over the limit"),
                     "415": _error("An unsupported content type"),
@@ -332,11 +373,26 @@ OPENAPI: dict[str, Any] = {
                     ("502", "The embedding service failed"), ("504", "The embedding service did not answer in time"))},
             },
         }},
-        "/libraries": {"get": {"summary": "The loaded libraries this caller may see", "parameters": _TOKEN_PARAMETERS,
-                               "responses": {
-            "200": {"description": "Libraries", "content": {"application/json": {"schema": {"type": "object"}}}},
-            "401": _error("An access token that failed verification"),
-            "429": _error("Too many requests")}}},
+        "/libraries": {"get": {
+            "summary": "The loaded libraries this caller may see, in name order: all of them, or a page",
+            "description": "With no limit nor cursor, every one (filtered by prefix). With limit (or a cursor), a "
+                           "page, and next_cursor: pass it as cursor for the next page (null after the last).",
+            "parameters": [
+                {"name": "prefix", "in": "query", "required": False,
+                 "schema": {"type": "string", "maxLength": MAX_NAME_CHARACTERS, "pattern": "^[^\\x00-\\x1f\\x7f]*$"},
+                 "description": "Only names that start with it (a folder's: blog/)"},
+                {"name": "limit", "in": "query", "required": False,
+                 "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
+                 "description": f"A page of this many ({DEFAULT_LIMIT} with only a cursor)"},
+                {"name": "cursor", "in": "query", "required": False,
+                 "schema": {"type": "string", "pattern": "^n[A-Za-z0-9_-]*$", "maxLength": 4 * MAX_NAME_CHARACTERS},
+                 "description": "The next_cursor of the page before, as it came (another is a 400)"},
+                *_TOKEN_PARAMETERS],
+            "responses": {
+                "200": {"description": "Libraries", "content": {"application/json": {"schema": _LIBRARY_LIST}}},
+                "400": _error("A bad prefix, limit or cursor"),
+                "401": _error("An access token that failed verification"),
+                "429": _error("Too many requests")}}},
         "/libraries/{name}.json": {"get": {
             "summary": "A library as a static file, restricted bits removed",
             "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
@@ -367,6 +423,36 @@ OPENAPI: dict[str, Any] = {
     },
     "components": {"schemas": {"Error": _ERROR, "Bit": _BIT, "Library": _LIBRARY, "Page": _PAGE, **RETRIEVAL_SCHEMAS}},
 }
+
+
+_PUBLISHER = {"name": "publisher", "in": "path", "required": True,
+              "schema": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARACTERS},
+              "description": "A library's or a folder's name (its / as they are, or as %2F). The name ends before "
+                             "the first later segment that is one of the host's own paths ("
+                             + ", ".join(sorted(ROUTE_WORDS)) + "): a folder so named is reached under its parent."}
+
+
+def _publisher_paths(paths: dict[str, Any]) -> dict[str, Any]:
+    """The operations `/p/{publisher}/` serves too: those of `/` and of the paths under ROUTE_WORDS,
+    with the same arguments and answers for that name's libraries alone, and two answers more in the
+    operation's own error shape: 400 for a malformed name, 404 for one selecting nothing visible."""
+    return {f"/p/{{publisher}}{path}": {method: _under_publisher(operation) for method, operation in item.items()}
+            for path, item in paths.items() if path == "/" or path.split("/")[1] in ROUTE_WORDS}
+
+
+def _under_publisher(operation: dict[str, Any]) -> dict[str, Any]:
+    responses: dict[str, Any] = operation["responses"]
+    shaped = next((answer for status, answer in sorted(responses.items())
+                   if status.startswith("4") and "content" in answer), _error(""))
+    added = {"400": "A malformed publisher name (.., absolute, a backslash, NUL, overlong; percent-encoded or not)",
+             "404": "No library or folder of that name this caller may see"}
+    return {**operation, "summary": f"{operation['summary']}, of one publisher's libraries",
+            "parameters": [_PUBLISHER, *operation.get("parameters", [])],
+            "responses": {**responses, **{status: {"description": description, "content": shaped["content"]}
+                                          for status, description in added.items() if status not in responses}}}
+
+
+OPENAPI["paths"].update(_publisher_paths(OPENAPI["paths"]))
 
 
 @cache

@@ -18,6 +18,7 @@ from host.service.sources import Sources
 from host.store.residency import Residency
 from host.web.metrics import Metrics
 from host.web.page.maps import ProjectionCache
+from host.web.page.sign_in import SignIn
 
 log = logging.getLogger("polymath_host")
 ETAGS_KEPT = 4096
@@ -43,6 +44,7 @@ class HostState:
         self.published = ByteBoundedCache(settings.answer_cache_bytes // 2)
         self.etags: LRUCache[tuple[Any, ...], str] = LRUCache(maxsize=ETAGS_KEPT)
         self.projections = ProjectionCache()  # libraries' maps (the page)
+        self.sign_in: SignIn | None = None  # the page's sign-in at an identity provider (serve --sign-in)
         self.public_generation = 0
         self.origins: Sources | None = None  # where the libraries come from: a replica's sync shows in /readyz, /metrics
         self._public_fingerprint: tuple[tuple[str, str], ...] | None = None

@@ -6,18 +6,21 @@
 
 `client.vector_stores.search("sample", query=...)` of the real `openai` package works with an
 access token as its API key (`Authorization: Bearer`; none, or an unknown opaque key: public bits
-only). The id is the library's name (percent-encoded in the path when it holds "/"). Search asks
+only). The id is the library's name (percent-encoded in the path when it holds "/"); a search may
+also name a folder of libraries, and searches every library in it the caller may see, as `POST /`'s
+`libraries` does (host/web/library_selection.py). Under `/p/{name}/v1/`, the stores are that name's
+libraries alone. Search asks
 the query core as `POST /` asks a text query (passages.py): `query` a string or a list of strings
 (embedded together, as one text), `max_num_results` bits (1-50, default 10), `filters` through the
 one constraint engine (host/constraints/attribute_filter.py). Ranking is hybrid, as OpenAI's file
 search is (meaning and keywords fused): `ranking_options.hybrid_search` `{"embedding_weight",
 "text_weight"}` (both, as OpenAI's file search tool documents them: weights of a fusion of the two
 rankings) set the keywords' share, `text_weight / (embedding_weight + text_weight)`, 0.5 without
-them; the score is the fused rank score (0-1, passages.py) and `ranking_options.score_threshold`
-(0-1) the least score kept. `ranking_options.ranker` (`auto`, `default-2024-11-15`, or `none`:
-OpenAI's re-ranking on or off) and `rewrite_query` are accepted and change nothing: this host has
-no re-ranking model and rewrites nothing. A result's
-file is the bits of the library sharing its URL (the document RAGFlow's dialect lists: `file_id`
+them; the score is the fused rank score (0-1, the same in every question: passages.py) and
+`ranking_options.score_threshold` (0-1) the least score kept: above the best one's, `data` is
+empty. `ranking_options.ranker` (`auto`, `default-2024-11-15`, or `none`: OpenAI's re-ranking on
+or off) and `rewrite_query` are accepted and change nothing: this host has no re-ranking model and
+rewrites nothing. A result's file is the bits of the library sharing its URL (the document RAGFlow's dialect lists: `file_id`
 is "file-" and that document's id), `filename` its URL, `attributes` the bit's info fields with
 its library, bit_id and token_count.
 
@@ -37,15 +40,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from host.catalog.selection import BadName
 from host.constraints import ConstraintError, parse_attribute_filter
 from host.constraints.words import fold
 from host.library.json_text import parse_json
 from host.search.fusion import DEFAULT_KEYWORD_WEIGHT
 from host.web.caller import Caller, request_caller
 from host.web.dialects.openai_errors import OpenAIError
-from host.web.dialects.passages import Passage, find_passages, visible_library
+from host.web.dialects.passages import Passage, find_passages
 from host.web.dialects.ragflow.view import Dataset, document_id, visible_datasets
 from host.web.errors import HTTPError
+from host.web.library_selection import NoSuchLibrary, choose, reach_of
+from host.web.middleware.publisher_prefix import route_path
 from host.web.query_args import MAX_QUERY_CHARACTERS
 from host.web.responses import JSON, cache_headers, render_json
 from host.web.state import host_state
@@ -102,7 +108,8 @@ async def list_vector_stores(request: Request) -> Response:
     order = params.get("order", "desc")
     if order not in ("asc", "desc"):
         raise OpenAIError(400, f"order must be 'asc' or 'desc', got {order!r:.40}", "order")
-    stores = visible_datasets(host_state(request).catalog, caller.access_tags)
+    catalog = host_state(request).catalog
+    stores = visible_datasets(catalog, caller.access_tags, reach_of(request.scope, catalog, caller.access_tags))
     if order == "desc":
         stores.reverse()
     ids = [store.library.name for store in stores]
@@ -142,8 +149,9 @@ async def vector_store_path(request: Request) -> Response:
     if any(part in ("files", "file_batches") for part in rest.split("/")[1:]):
         return await unsupported(request)
     caller = openai_caller(request)
-    state = host_state(request)
-    store = next((store for store in visible_datasets(state.catalog, caller.access_tags)
+    catalog = host_state(request).catalog
+    reach = reach_of(request.scope, catalog, caller.access_tags)
+    store = next((store for store in visible_datasets(catalog, caller.access_tags, reach)
                   if store.library.name == rest), None)
     if store is None:
         raise not_found(rest)
@@ -165,7 +173,7 @@ def describe(store: Dataset) -> dict[str, Any]:
 
 async def unsupported(request: Request) -> Response:
     openai_caller(request)  # a refused token is still a 401 first, as on every door
-    what, allowed = refused_operation(request.method, request.url.path)
+    what, allowed = refused_operation(request.method, route_path(request.scope))
     raise OpenAIError(405, f"{what} is not supported: {READ_ONLY}", code="unsupported_operation",
                       headers={"Allow": allowed})
 
@@ -191,9 +199,14 @@ async def search(request: Request) -> Response:
     state = host_state(request)
     caller = openai_caller(request)
     vector_store_id = request.path_params["vector_store_id"]
-    library = visible_library(state, caller, vector_store_id)
-    if library is None:
-        raise not_found(vector_store_id)
+    catalog = state.catalog
+    try:
+        libraries = choose(catalog, caller.access_tags, reach_of(request.scope, catalog, caller.access_tags),
+                           [vector_store_id], "vector_store_id")
+    except BadName as problem:
+        raise OpenAIError(400, str(problem), "vector_store_id") from None
+    except NoSuchLibrary:
+        raise not_found(vector_store_id) from None
     body = _request_object(await request.body())
     queries = _queries(body.get("query"))
     count = body.get("max_num_results", DEFAULT_RESULTS)
@@ -210,7 +223,7 @@ async def search(request: Request) -> Response:
         raise OpenAIError(400, str(problem), "filters") from None
     question = "\n".join(queries)
     passages = [] if not question.strip() else await find_passages(
-        state, caller, [library], question, count, score_threshold=threshold, constraint=constraint,
+        state, caller, libraries, question, count, score_threshold=threshold, constraint=constraint,
         keyword_weight=keyword_weight)
     state.metrics.count("polymath_queries_total", format="openai")
     page = {"object": "vector_store.search_results.page", "search_query": queries,

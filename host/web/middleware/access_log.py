@@ -2,8 +2,9 @@
 
 The query string is logged with the value of every credential-like parameter redacted (a name
 ending in token, key, secret, password or signature, in any case: `access_token` and `token` among
-them). No door accepts a token there (host/web/middleware/url_tokens.py), but an old client may
-still send one, and the log must not keep it. Headers are never logged.
+them; and `code`, the authorization code a reader signing in at the page comes back with). No door
+accepts a token there (host/web/middleware/url_tokens.py), but an old client may still send one, and
+the log must not keep it. Headers are never logged.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from host.web.metrics import Metrics
 access_log = logging.getLogger(ACCESS_LOG)
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"})
 SECRET_NAME_ENDINGS = ("token", "key", "secret", "password", "signature")
+SECRET_NAMES = frozenset({"code"})  # the OAuth authorization code the page's sign-in comes back with (?code=...)
 REDACTED = "REDACTED"
 MAX_LOGGED_QUERY = 2048  # characters: a query string of megabytes is cut, not copied into every line
 
@@ -32,8 +34,13 @@ def redacted_query(query_string: bytes) -> str:
         return ""
     pairs = parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)
     return "&".join(
-        f"{quote(name, safe='')}={REDACTED if name.lower().endswith(SECRET_NAME_ENDINGS) else quote(value, safe='')}"
+        f"{quote(name, safe='')}={REDACTED if _secret(name) else quote(value, safe='')}"
         for name, value in pairs)[:MAX_LOGGED_QUERY]
+
+
+def _secret(name: str) -> bool:
+    lowered = name.lower()
+    return lowered.endswith(SECRET_NAME_ENDINGS) or lowered in SECRET_NAMES
 
 
 class AccessLog:

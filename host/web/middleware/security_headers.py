@@ -3,7 +3,8 @@
 - `Content-Security-Policy`: the page loads only its own script, style sheet and icon, from this
   host; no inline script or style, no plugins, no frames of it, forms only to this host. The host
   never serves anything that needs more, so one policy covers every response (a JSON answer or a
-  map opened on its own is a document too).
+  map opened on its own is a document too). The one exception is the page itself when it signs
+  readers in (`serve --sign-in`): its script may also connect to the provider's token endpoint.
 - `X-Content-Type-Options: nosniff`: a JSON answer is never run as a script nor a bit's text as
   a style sheet, whatever it holds.
 - `Referrer-Policy: no-referrer`: following a bit's link never tells its site what was searched
@@ -15,10 +16,16 @@ from __future__ import annotations
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-CONTENT_SECURITY_POLICY = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
-    "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
-)
+
+def content_security_policy(connect: tuple[str, ...] = ()) -> str:
+    """The policy, with `connect` origins beside this host's for the page's script: the one widening there is
+    (the page signing readers in redeems a code at its provider's token endpoint: host/web/page/sign_in.py)."""
+    sources = " ".join(("'self'", *connect))
+    return ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+            f"connect-src {sources}; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+
+
+CONTENT_SECURITY_POLICY = content_security_policy()
 SECURITY_HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",

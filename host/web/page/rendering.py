@@ -24,6 +24,7 @@ from starlette.types import Scope
 from host import MANUAL_URL
 from host.web.page.data import PageData
 from host.web.page.maps import LibraryMap
+from host.web.page.sign_in import SignInPage
 
 WEB = Path(__file__).resolve().parents[1]
 TEMPLATES = WEB / "templates"
@@ -58,8 +59,8 @@ def environment() -> jinja2.Environment:
     return env
 
 
-def render_page(data: PageData) -> str:
-    return environment().get_template("page.html").render(page=data)
+def render_page(data: PageData, sign_in: SignInPage | None = None) -> str:
+    return environment().get_template("page.html").render(page=data, sign_in=sign_in)
 
 
 def render_map(library_map: LibraryMap) -> str:

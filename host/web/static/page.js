@@ -11,10 +11,23 @@
 //   followed the same way (history entries included), so "more like this" on a private bit works;
 // - a refused token (401) is forgotten, and the server's page says why.
 //
+// With `serve --sign-in`, it also signs readers in at their identity provider (OAuth 2.0 for
+// Browser-Based Apps: the authorization code flow with PKCE, as a public client), from the
+// #sign-in section's data attributes. The token so obtained is kept in this tab's memory only:
+// never in a URL, a cookie, or any storage (a reload, or "Sign out", forgets it). What crosses the
+// round trip to the provider in session storage is only the flow's state, nonce and PKCE verifier,
+// removed as soon as the reader is back; the code is taken out of the address bar at once.
+//
 // The server renders every piece of the page (one renderer: the Jinja templates). The fetched
 // page is parsed by DOMParser, which runs no script; its nodes are adopted as they are.
 
 const TOKEN_KEY = "polymath-host.token";
+const SIGN_IN_KEY = "polymath-host.sign-in"; // the flow's state and verifier, for the provider's round trip only
+let signedIn = null; // {token, who}: the signed-in reader's token, in this tab's memory only
+
+function currentToken() {
+  return signedIn?.token || storedToken();
+}
 
 function storedToken() {
   try {
@@ -50,16 +63,18 @@ function showTokenState(token) {
   document.getElementById("token-state").hidden = !token;
 }
 
-// A URL of this host's page (GET /), which the token may change: the only ones fetched with it.
+// A URL of one of this host's pages (GET /, or a publisher's GET /p/<name>/), which the token may
+// change: the only ones fetched with it.
 function pageUrl(href) {
   const url = new URL(href, location.href);
-  return url.origin === location.origin && url.pathname === "/" ? url : null;
+  const page = url.pathname === "/" || (url.pathname.startsWith("/p/") && url.pathname.endsWith("/"));
+  return url.origin === location.origin && page ? url : null;
 }
 
 let latest = 0; // only the last navigation's answer is shown
 
 async function show(url, { push = false, scroll = false } = {}) {
-  const token = storedToken();
+  const token = currentToken();
   if (!token) {
     location.assign(url.href);
     return;
@@ -88,7 +103,11 @@ async function show(url, { push = false, scroll = false } = {}) {
     say("error", `The host answered ${response.status} without a page; the page shows what it showed before.`);
     return;
   }
-  if (response.status === 401) {
+  if (response.status === 401 && signedIn?.token === token) {
+    signedIn = null;
+    showSignIn();
+    say("error", "The host refused the token of your sign-in (the notice below says why): sign in again.");
+  } else if (response.status === 401) {
     storeToken(null);
     showTokenState(null);
     say("error", "The host refused the token, so this tab has forgotten it (the notice below says why).");
@@ -106,7 +125,7 @@ async function show(url, { push = false, scroll = false } = {}) {
 }
 
 function followWithToken(event) {
-  if (!storedToken() || event.defaultPrevented) return;
+  if (!currentToken() || event.defaultPrevented) return;
   if (event.type === "click") {
     if (event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return;
     const link = event.target.closest("a[href]"); // the map's points are SVG <a> elements: attributes only
@@ -160,11 +179,175 @@ function start() {
   main.addEventListener("click", followWithToken);
   main.addEventListener("submit", followWithToken);
   window.addEventListener("popstate", (event) => {
-    if (storedToken()) show(new URL(location.href));
+    if (currentToken()) show(new URL(location.href));
     else if (event.state?.withToken) location.reload(); // an entry this script made: the server's page for it
   });
 
-  if (token) show(new URL(location.href));
+  startSignIn().then((finished) => {
+    if (!finished && token) show(new URL(location.href));
+  });
+}
+
+// ---- sign-in -----------------------------------------------------------------------------------
+
+function signInConfig() {
+  const section = document.getElementById("sign-in");
+  if (!section) return null;
+  const data = section.dataset;
+  return {
+    section,
+    issuer: data.issuer,
+    clientId: data.clientId,
+    authorizationEndpoint: data.authorizationEndpoint,
+    tokenEndpoint: data.tokenEndpoint,
+    scope: data.scope,
+    parameters: data.parameters || "",
+    token: data.token === "id" ? "id" : "access",
+  };
+}
+
+function showSignIn() {
+  const config = signInConfig();
+  if (!config) return;
+  config.section.hidden = false;
+  document.getElementById("sign-in-start").hidden = Boolean(signedIn);
+  document.getElementById("sign-in-state").hidden = !signedIn;
+  document.getElementById("sign-in-who").textContent = signedIn?.who ? `Signed in as ${signedIn.who}.` : "Signed in.";
+  document.getElementById("token").hidden = Boolean(signedIn); // one token at a time: the sign-in's
+}
+
+function base64url(bytes) {
+  return btoa(String.fromCharCode(...bytes)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+function randomText(size) {
+  return base64url(crypto.getRandomValues(new Uint8Array(size)));
+}
+
+async function codeChallenge(verifier) {
+  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(verifier));
+  return base64url(new Uint8Array(digest));
+}
+
+// What a JWT says about itself, to greet the reader: never trusted (the host verifies every token).
+function claimsOf(jwt) {
+  try {
+    const part = jwt.split(".")[1].replace(/-/g, "+").replace(/_/g, "/");
+    return JSON.parse(atob(part + "=".repeat((4 - (part.length % 4)) % 4)));
+  } catch {
+    return null;
+  }
+}
+
+function redirectUri() {
+  return `${location.origin}/`; // the page itself: register it at the provider
+}
+
+async function beginSignIn(config) {
+  if (!window.crypto?.subtle) {
+    say("error", "Signing in needs this page over HTTPS.");
+    return;
+  }
+  const pending = {
+    state: randomText(32),
+    verifier: randomText(48),
+    nonce: randomText(16),
+    returnTo: location.pathname + location.search + location.hash,
+  };
+  try {
+    sessionStorage.setItem(SIGN_IN_KEY, JSON.stringify(pending));
+  } catch {
+    say("warning", "This browser does not let the page remember a sign-in across the provider's pages (session storage is blocked).");
+    return;
+  }
+  const url = new URL(config.authorizationEndpoint);
+  const parameters = new URLSearchParams(config.parameters);
+  parameters.set("response_type", "code");
+  parameters.set("client_id", config.clientId);
+  parameters.set("redirect_uri", redirectUri());
+  parameters.set("scope", config.scope);
+  parameters.set("state", pending.state);
+  parameters.set("nonce", pending.nonce);
+  parameters.set("code_challenge", await codeChallenge(pending.verifier));
+  parameters.set("code_challenge_method", "S256");
+  for (const [name, value] of parameters) url.searchParams.set(name, value);
+  location.assign(url.href);
+}
+
+function takePending(state) {
+  try {
+    const pending = JSON.parse(sessionStorage.getItem(SIGN_IN_KEY) || "null");
+    if (!pending || pending.state !== state) return null;
+    sessionStorage.removeItem(SIGN_IN_KEY);
+    return pending;
+  } catch {
+    return null;
+  }
+}
+
+// Back from the provider (?code=...&state=..., or ?error=...): redeem the code, keep the token in memory.
+async function finishSignIn(config) {
+  const query = new URLSearchParams(location.search);
+  if (!query.has("state") || !(query.has("code") || query.has("error"))) return false;
+  const pending = takePending(query.get("state"));
+  if (!pending) return false; // not this tab's sign-in: the URL is left as it is
+  history.replaceState(null, "", pending.returnTo); // the code leaves the address bar and the history at once
+  if (query.has("error")) {
+    say("error", `The sign-in did not complete: ${query.get("error_description") || query.get("error")}.`);
+    return false;
+  }
+  if (query.has("iss") && query.get("iss") !== config.issuer) {
+    say("error", "The sign-in came back from another issuer than this host's provider, so it was ignored.");
+    return false;
+  }
+  let answer;
+  try {
+    const response = await fetch(config.tokenEndpoint, {
+      method: "POST",
+      headers: { Accept: "application/json" },
+      body: new URLSearchParams({
+        grant_type: "authorization_code",
+        code: query.get("code"),
+        redirect_uri: redirectUri(),
+        client_id: config.clientId,
+        code_verifier: pending.verifier,
+      }),
+      credentials: "omit",
+      cache: "no-store",
+    });
+    answer = await response.json();
+    if (!response.ok) throw new Error(answer.error_description || answer.error || `it answered ${response.status}`);
+  } catch (error) {
+    say("error", `The sign-in could not be completed at the provider (${error.message}).`);
+    return false;
+  }
+  const idClaims = answer.id_token ? claimsOf(answer.id_token) : null;
+  if (answer.id_token && idClaims?.nonce !== pending.nonce) {
+    say("error", "The provider's answer did not match this sign-in, so it was ignored.");
+    return false;
+  }
+  const token = config.token === "id" ? answer.id_token : answer.access_token;
+  if (!token) {
+    say("error", `The provider gave no ${config.token === "id" ? "ID" : "access"} token.`);
+    return false;
+  }
+  const claims = idClaims || claimsOf(token) || {};
+  signedIn = { token, who: claims.email || claims.name || claims.preferred_username || claims.sub || "" };
+  showSignIn();
+  await show(new URL(location.href));
+  return true;
+}
+
+async function startSignIn() {
+  const config = signInConfig();
+  if (!config) return false;
+  showSignIn();
+  document.getElementById("sign-in-button").addEventListener("click", () => beginSignIn(config));
+  document.getElementById("sign-out-button").addEventListener("click", () => {
+    signedIn = null; // the provider's own session is the provider's: this page only forgets the token
+    location.reload();
+  });
+  return finishSignIn(config);
 }
 
 start();
