@@ -446,3 +446,17 @@ def test_a_verified_token_is_served_from_the_cache_while_its_key_is_published(pr
         pending.result(timeout=15)
     assert registry.statuses()[0].fetches == 2
     assert rejection(control, token) == "unknown key id"  # the cached verification went with the key
+
+
+def test_the_verified_token_cache_keeps_the_newest_within_its_bound() -> None:
+    from access.control import _VerifiedCache
+
+    cache = _VerifiedCache(size=3)
+    grants = {bytes([n]) * 32: Grant(f"reader-{n}", cache.shared(frozenset({"members"}))) for n in range(5)}
+    for digest, grant in grants.items():
+        cache.put(digest, grant, time.time() + 60)
+    assert len(cache) == 3
+    assert [cache.get(digest) for digest in grants] == [None, None, *list(grants.values())[2:]]
+    assert len({id(grant.access_tags) for grant in grants.values()}) == 1  # one frozenset for them all
+    cache.put(bytes([4]) * 32, grants[bytes([4]) * 32], time.time() - 1)  # put again, expired
+    assert cache.get(bytes([4]) * 32) is None and len(cache) == 3
