@@ -41,6 +41,7 @@ from host.web.middleware import (
     AccessLog,
     CrossOrigin,
     DialectErrors,
+    IssuerKeysReady,
     PolymathLinkHeader,
     RateLimit,
     RequestBodyGuard,
@@ -48,7 +49,6 @@ from host.web.middleware import (
     TokensOutOfURLs,
     parse_cors_origins,
 )
-from host.web.middleware.issuer_keys import IssuerKeysReady
 from host.web.middleware.security_headers import SECURITY_HEADERS
 from host.web.page.endpoints import home_page, library_map
 from host.web.page.rendering import STATIC_PREFIX, StaticAssets
