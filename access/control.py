@@ -236,7 +236,15 @@ class AccessControl:
             if provider is None and issuer is not None and issuer != state.settings.issuer:
                 raise TokenRejected("wrong issuer")  # neither this file's own nor one it trusts
         if provider is not None:
-            checked = verify_provider_token(provider.trusted, provider.keys(), token, state.settings.revoked)
+            try:
+                checked = verify_provider_token(provider.trusted, provider.keys(), token, state.settings.revoked)
+            except TokenRejected as rejected:
+                if (rejected.reason in ("unknown key id", "issuer keys unavailable") and provider.fetched is not None
+                        and provider.fetched.pending() is None):
+                    # Never waited for here; a caller that did not ask keys_pending first still gets the
+                    # rotated keys for its next request (the refetch is bounded as always).
+                    provider.fetched.refetch()
+                raise
             grant = Grant(subject=checked.subject, access_tags=state.cache.shared(checked.access_tags))
             state.cache.put(digest, grant, checked.expires_at, provider, checked.key.thumbprint)
             return grant
