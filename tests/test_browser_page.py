@@ -295,12 +295,14 @@ def test_a_token_shows_the_private_bits_it_grants_marked_and_is_sent_only_as_a_b
 def test_with_a_token_the_drafts_library_has_its_own_page_and_map(tab: Tab, site: Site) -> None:
     tab.page.goto(f"{site.url}/")
     use_token(tab, site.token)
+    tab.page.locator(".libraries li.publisher", has_text="access/").get_by_role("link", name="Its libraries").click()
+    tab.page.wait_for_url("**/p/access/")  # the folder's own page, fetched with the token too
     tab.page.locator(".libraries li", has_text="access/unpublished/drafts").wait_for()
 
     tab.page.locator(".libraries li", has_text="access/unpublished/drafts").get_by_role(
         "link", name="Map and sample").click()
 
-    tab.page.wait_for_url("**/?library=access%2Funpublished%2Fdrafts")
+    tab.page.wait_for_url("**/p/access/?library=access%2Funpublished%2Fdrafts")
     tab.page.locator("svg.map").wait_for()
     assert tab.page.locator("svg.map .map-point-private").count() == 11
     assert "11 bits (11 private, shown by your token)" in tab.page.locator(".library-page").inner_text()

@@ -42,7 +42,7 @@ class Answer:
 
 
 class Ask(Protocol):
-    def __call__(self, url: str, args: dict[str, Any]) -> Answer: ...
+    def __call__(self, url: str, args: dict[str, Any], *, as_given: bool = False) -> Answer: ...
 
 
 @pytest.fixture(scope="session")
@@ -60,8 +60,10 @@ def js_client() -> Ask:
         if installed.returncode != 0:
             unavailable(f"npm ci failed in {HARNESS}:\n{installed.stdout}\n{installed.stderr}")
 
-    def ask(url: str, args: dict[str, Any]) -> Answer:
-        done = subprocess.run([node, str(HARNESS / "query.mjs"), f"{url}/", "-"], input=json.dumps(args),
+    def ask(url: str, args: dict[str, Any], *, as_given: bool = False) -> Answer:
+        """The client asked at `url` + "/" (a host's root), or at `url` itself with `as_given`."""
+        done = subprocess.run([node, str(HARNESS / "query.mjs"), url if as_given else f"{url}/", "-"],
+                              input=json.dumps(args),
                               capture_output=True, text=True, timeout=60, cwd=HARNESS)
         try:
             output = json.loads(done.stdout)
@@ -266,6 +268,47 @@ def test_a_token_with_a_forged_signature_is_an_http_401_for_the_js_client(js_cli
 
     assert error["error_status"] == 401
     assert "error" in error["error_body"]
+
+
+# ---- one publisher: /p/{name}/ --------------------------------------------------------------------
+
+
+PUBLIC_NAME = PUBLIC_FILE.removesuffix(".json")
+
+
+def test_the_js_client_given_a_publishers_url_sees_only_that_publisher(js_client: Ask, served: Served) -> None:
+    query = served.reference.private[0]
+    asked = {"query_embedding": query.embedding, "count": EVERYTHING, "access_token": served.token}
+
+    public = assert_exit(js_client(f"{served.url}/p/{PUBLIC_NAME}", asked), 0)
+    private = assert_exit(js_client(f"{served.url}/p/access", asked), 0)
+    anonymous = assert_exit(js_client(f"{served.url}/p/access", {"query_embedding": query.embedding}), 3)
+
+    assert ids(public["bits"]) == ids(served.reference.ranking(query))  # the token's private bits are elsewhere
+    assert ids(private["bits"]) == ids([bit for bit in served.reference.ranking(query, with_private=True)
+                                        if bit.private])
+    assert anonymous["error_status"] == 404  # to an anonymous caller the private folder is not there
+
+
+def test_the_js_clients_discovery_finds_the_publishers_endpoint_from_its_link(js_client: Ask, served: Served) -> None:
+    query = served.reference.public[3]
+
+    traced = assert_exit(js_client(f"{served.url}/p/{PUBLIC_NAME}/libraries",
+                                   {"query_embedding": query.embedding, "count": EVERYTHING, "trace": True},
+                                   as_given=True), 0)
+
+    steps = [(request["method"], request["url"].removeprefix(served.url), request["status"])
+             for request in traced["requests"]]
+    assert steps == [("POST", f"/p/{PUBLIC_NAME}/libraries", 405), ("GET", f"/p/{PUBLIC_NAME}/libraries", 200),
+                     ("POST", f"/p/{PUBLIC_NAME}/", 200)]
+    assert traced["requests"][1]["link"] == f'</p/{PUBLIC_NAME}/>; rel="polymath"'
+    assert ids(traced["library"]["bits"]) == ids(served.reference.ranking(query))
+
+
+def test_the_js_clients_own_validate_passes_against_one_publisher(js_client: Ask, served: Served) -> None:
+    report = assert_exit(js_client(f"{served.url}/p/{PUBLIC_NAME}", {"validate": True}), 0)
+
+    assert report["valid"] is True
 
 
 # ---- the client's own checks and errors ---------------------------------------------------------

@@ -8,7 +8,9 @@ hosts: term statistics, document counts and every total come from visible bits o
 every anonymous answer of Dify's External Knowledge API and of OpenAI's vector stores (list,
 retrieve, search, and the refusals for the private library's name, which must read as if it did
 not exist). Searches are drawn in every mode each door takes: MCP's and Dify's `mode` and
-`keyword_weight`, OpenAI's `hybrid_search` weights, RAGFlow's `vector_similarity_weight`.
+`keyword_weight`, OpenAI's `hybrid_search` weights, RAGFlow's `vector_similarity_weight`. The same
+holds under `/p/public/` (the public library's own host) and `/p/access/` (the private library's
+folder, which must read as if it did not exist), and for `POST /`'s `libraries`.
 """
 
 from __future__ import annotations
@@ -80,6 +82,19 @@ def answers(folder: Path, question: str, options: dict[str, Any]) -> dict[str, b
                 "query": question, "max_num_results": options["top_k"], "filters": options.get("openai_filters"),
                 "ranking_options": {"score_threshold": threshold, "hybrid_search": {
                     "embedding_weight": 1 - options["text_weight"], "text_weight": options["text_weight"]}}}).content
+        for prefix in ("/p/public", "/p/access"):
+            seen[f"{prefix}/"] = client.post(f"{prefix}/", json={"query": question, "count": 50}).content
+            seen[f"{prefix}/libraries"] = client.get(f"{prefix}/libraries").content
+            seen[f"{prefix}/api/v1/datasets"] = client.get(f"{prefix}/api/v1/datasets").content
+            seen[f"{prefix}/dify/retrieval"] = client.post(f"{prefix}/dify/retrieval", json={
+                "knowledge_id": "public", "query": question,
+                "retrieval_setting": {"top_k": options["top_k"], "score_threshold": 0, **options["mode"]}}).content
+            seen[f"{prefix}/v1/vector_stores"] = client.get(f"{prefix}/v1/vector_stores").content
+            call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "search", "arguments": search}}
+            seen[f"{prefix}/mcp"] = client.post(f"{prefix}/mcp", content=json.dumps(call), headers=RPC_HEADERS).content
+        for libraries in ("public", "access", ["public", "access/unpublished/secret"]):
+            seen[f"libraries {libraries}"] = client.post("/", json={"query": question, "count": 50,
+                                                                      "libraries": libraries}).content
     return seen
 
 
@@ -135,3 +150,7 @@ def test_private_bits_never_change_an_anonymous_dialect_answer(
     assert json.loads(expected["private dify"])["error_code"] == json.loads(expected["dify both"])["error_code"] == 2001
     assert json.loads(expected["vector store search"])["object"] == "vector_store.search_results.page"
     assert json.loads(expected["private vector store search"])["error"]["message"].startswith("No vector store found")
+    assert json.loads(expected["/p/public/libraries"])["libraries"][0]["name"] == "public"
+    assert json.loads(expected["/p/access/libraries"]) == {
+        "error": "there is no library or folder of libraries named 'access' here"}
+    assert json.loads(expected["libraries access"]) == json.loads(expected["/p/access/libraries"])

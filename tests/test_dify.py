@@ -233,7 +233,7 @@ async def test_an_unknown_or_private_knowledge_id_is_2001_alike(root: Path, clie
     unknown = await refused(client, request("access/team/nothing"), 404, 2001)
     private = await refused(client, request("access/team/drafts"), 404, 2001)
     assert unknown.replace("nothing", "drafts") == private
-    assert "there is no library named 'access/team/drafts'" in private
+    assert "there is no library or folder of libraries named 'access/team/drafts' here" in private
     await refused(client, request("stories,access/team/drafts"), 404, 2001)
     assert await records(client, request("access/team/drafts"), signed_token(root))
 

@@ -178,7 +178,7 @@ async def test_library_narrows_the_search_to_one_library(served: Served) -> None
         headers={"Authorization": f"Bearer {served.token}"}).json()["bits"]}
     assert {bit["info"]["url"] for bit in drafts.structured_content["bits"]} <= drafts_urls
     assert len(drafts.structured_content["bits"]) == 3
-    message = "there is no library named '{}'; the libraries tool lists them"
+    message = "there is no library or folder of libraries named '{}' here; the libraries tool lists them"
     assert hidden.is_error and hidden.content[0].text.endswith(message.format("elsewhere"))
     assert anonymous.is_error and anonymous.content[0].text.endswith(message.format("access/unpublished/drafts"))
 

@@ -246,17 +246,28 @@ async def test_markup_in_a_library_is_text_and_only_http_links_are_links(client:
 
 
 async def test_library_urls_are_percent_encoded_and_lead_to_the_library(client: httpx.AsyncClient) -> None:
-    data = await page_json(client, "/")
+    whole_host = await page_json(client, "/")
+    folder = next(item for item in whole_host["publishers"] if item["name"] == "odd names")
+    assert folder["page_href"] == "/p/odd%20names/" and folder["library_count"] == 1 and folder["bit_count"] == 3
+    data = await page_json(client, folder["page_href"])
     odd = next(item for item in data["libraries"] if item["name"] == ODD_NAME)
 
-    assert odd["file_href"] == "/libraries/odd%20names/100%25%20sure%20%231%3F.json"
-    assert odd["map_href"] == "/libraries/odd%20names/100%25%20sure%20%231%3F/map.svg"
-    assert odd["page_href"] == "/?library=odd+names%2F100%25+sure+%231%3F"
+    prefix = "/p/odd%20names"
+    assert odd["file_href"] == f"{prefix}/libraries/odd%20names/100%25%20sure%20%231%3F.json"
+    assert odd["map_href"] == f"{prefix}/libraries/odd%20names/100%25%20sure%20%231%3F/map.svg"
+    assert odd["page_href"] == f"{prefix}/?library=odd+names%2F100%25+sure+%231%3F"
     file = await client.get(odd["file_href"])
     assert file.status_code == 200 and len(file.json()["bits"]) == 3
     assert (await client.get(odd["map_href"])).headers["content-type"] == "image/svg+xml"
     library_page = await page_json(client, odd["page_href"])
     assert library_page["library"] == ODD_NAME and library_page["map"]["shown"] == 3
+
+
+async def test_a_library_in_a_folder_still_has_its_page_on_the_whole_host(client: httpx.AsyncClient) -> None:
+    library_page = await page_json(client, "/?library=odd+names%2F100%25+sure+%231%3F")
+
+    assert library_page["library"] == ODD_NAME and library_page["map"]["shown"] == 3
+    assert library_page["library_view"]["file_href"] == "/libraries/odd%20names/100%25%20sure%20%231%3F.json"
 
 
 # ---- nothing private without a token -----------------------------------------------------------------------
@@ -326,7 +337,7 @@ async def test_a_token_shows_its_private_bits_marked_with_their_tag_and_privatel
     assert page.count('<span class="tag" title="private: your token grants this tag">team</span>') == 5
     assert ("info", "Your token (bob@example.com) shows private bits tagged: team. They are marked with their tag.") \
         in notices(page)
-    assert "access/team/drafts" in page and "(3 private)" in page
+    assert '<a class="publisher-name" href="/p/access/">access/</a>' in page and "(6 private)" in page
     assert f'data-model="{SECRET_MODEL}"' not in page  # a liked bit belongs to one model: no section for another
 
 

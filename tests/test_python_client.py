@@ -137,7 +137,7 @@ def test_private_passages_come_only_with_the_token(served: Served) -> None:
         public = anonymous.retrieve(DANIEL, k=5)
         assert everything[0].library == DRAFTS and "Daniel" in everything[0].title
         assert all(passage.library == "sample" for passage in public)
-        with pytest.raises(HostError, match=f"there is no library named '{DRAFTS}'") as refused:
+        with pytest.raises(HostError, match=f"there is no library or folder of libraries named '{DRAFTS}'") as refused:
             anonymous.retrieve(DANIEL, libraries=[DRAFTS])
         assert refused.value.status == 404
         assert [passage.library for passage in holder.retrieve(DANIEL, libraries=[DRAFTS], k=2)] == [DRAFTS] * 2

@@ -105,6 +105,15 @@ EXPLICIT = [
     pytest.param("/libraries/{name}.json", "GET", {"path_parameters": {"name": "public"},
                                                    "headers": {"Authorization": "Bearer not.a-valid.jwt"}}, 401,
                  id="library-bad-token"),
+    pytest.param("/libraries", "GET", {"query": {"limit": 1}}, 200, id="libraries-page"),
+    pytest.param("/", "POST", {"body": {"count": 3, "libraries": ["access"]}, "media_type": "application/json"}, 404,
+                 id="query-private-folder-hidden"),
+    pytest.param("/p/{publisher}/", "POST", {"path_parameters": {"publisher": "public"}, "body": {"count": 3},
+                                             "media_type": "application/json"}, 200, id="publisher-query"),
+    pytest.param("/p/{publisher}/libraries", "GET", {"path_parameters": {"publisher": "access"}}, 404,
+                 id="publisher-private-hidden"),
+    pytest.param("/p/{publisher}/api/v1/datasets", "GET", {"path_parameters": {"publisher": "%2e%2e"}}, 400,
+                 id="publisher-leaving-its-folder"),
 ]
 
 

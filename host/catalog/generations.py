@@ -92,6 +92,11 @@ class Catalog:
     def _by_name(self) -> dict[str, CompiledLibrary]:
         return {library.name: library for library in self.libraries}
 
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        """Every library's name, sorted by code point: what host/catalog/selection.py bisects."""
+        return tuple(sorted(library.name for library in self.libraries))
+
     def public_fingerprint(self) -> tuple[tuple[str, str], ...]:
         """What anyone may see of this generation: a reload changes it only if the public view changed."""
         return tuple((library.name, library.public_digest) for library in self.public_libraries())

@@ -37,18 +37,20 @@ from host.web.dialects import dify, mcp_server, openai_embeddings, openai_errors
 from host.web.errors import HTTPError, from_core
 from host.web.library_endpoints import library_file, list_libraries
 from host.web.middleware import (
-    POLYMATH_LINK,
     AccessLog,
     CrossOrigin,
     DialectErrors,
     IssuerKeysReady,
     PolymathLinkHeader,
+    PublisherPrefix,
     RateLimit,
+    RefusedPrefix,
     RequestBodyGuard,
     SecurityHeaders,
     TokensOutOfURLs,
     parse_cors_origins,
 )
+from host.web.middleware.link_header import polymath_link
 from host.web.middleware.security_headers import SECURITY_HEADERS
 from host.web.page.endpoints import home_page, library_map
 from host.web.page.rendering import STATIC_PREFIX, StaticAssets
@@ -127,6 +129,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
     app = Starlette(
         routes=[*ROUTES, *ragflow.routes(), *mcp_server.routes(mcp)],
         middleware=[
+            Middleware(PublisherPrefix),  # first: every other layer sees /p/{name}/'s paths as the host's own
             Middleware(PolymathLinkHeader),
             Middleware(ragflow.RAGFlowEnvelope),  # under /api/v1/, every answer in RAGFlow's envelope
             Middleware(DialectErrors, prefix=openai_errors.PREFIX, rewrite=openai_errors.as_openai_error),
@@ -141,6 +144,7 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
             Middleware(RateLimit, per_second=settings.rate_limit, burst=settings.rate_burst,
                        subject_of=partial(verified_subject, state.access)),
             Middleware(RequestBodyGuard, max_bytes=settings.max_body_bytes, read_timeout=settings.body_read_timeout),
+            Middleware(RefusedPrefix),  # last: a refused /p/ name's 400, shaped by every layer above
         ],
         lifespan=lifespan,
         exception_handlers={
@@ -225,6 +229,6 @@ async def on_crash(request: Request, error: Exception) -> Response:
     log.exception("internal error on %s %s", request.method, request.url.path)
     # Starlette sends this response from outside every middleware, so PolymathLinkHeader and
     # CrossOrigin never see it: their headers are added here.
-    headers = {"Link": POLYMATH_LINK.decode(), **SECURITY_HEADERS,
+    headers = {"Link": polymath_link(request.scope).decode(), **SECURITY_HEADERS,
                **request.app.state.cors.headers_for(request.headers.get("origin"))}
     return error_response(HTTPError(500, "the host failed to answer this request; the error is logged", headers))

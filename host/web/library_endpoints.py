@@ -1,5 +1,14 @@
 """`GET /libraries` and `GET /libraries/{name}.json`: what is loaded, and each library as a static file.
 
+`GET /libraries` lists the libraries the caller may see a bit of, in name order (code points), each
+with the bits they may see. With nothing asked, all of them, as `{"libraries": [...]}`. `prefix`
+keeps the names that start with it; `limit` (1-1000; 100 with only a `cursor`) asks for a page, and the answer then also holds
+`next_cursor`: pass it as `cursor` for the next page (null on the last). A cursor is the last name
+listed, encoded: the next page starts after it whatever was added or removed meanwhile, and a forged
+one tells nothing (it only says where to start). A page starts with a bisection of the catalog's
+sorted names (host/catalog/selection.py), so its cost follows the page, not the host. Under
+`/p/{name}/`, only that name's libraries, with URLs under the prefix.
+
 A library file is streamed in pieces rendered as they are sent (gzip-compressed when the client
 accepts it), so its size never sets the memory a download takes; small ones are also kept
 rendered. Its ETag digests exactly the bits the caller may see, so it is known before rendering
@@ -8,51 +17,128 @@ and never tells one caller about another's bits.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import base64
+import binascii
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from host.catalog.generations import Catalog
+from host.catalog.selection import MAX_NAME_CHARACTERS, starting_with
 from host.results.bits import result_bit
 from host.results.published import library_header, visible_digest, visible_in_file_order
 from host.store.compiled import CompiledLibrary
 from host.web.caller import request_caller
-from host.web.errors import HTTPError
+from host.web.errors import HTTPError, bad_request
+from host.web.library_selection import Reach, reach_of
+from host.web.middleware.publisher_prefix import library_href, root_href
 from host.web.responses import JSON, accepts_gzip, cache_headers, is_not_modified, render_json, streamed_json
 from host.web.state import HostState, host_state
 
+DEFAULT_LIMIT, MAX_LIMIT = 100, 1000
+CURSOR_MARK = "n"  # a cursor's first character: which kind of cursor it is, should another ever come
 
-def library_url(name: str) -> str:
-    """Where a library is published; its name comes from a file path, so it is percent-encoded."""
-    return f"/libraries/{quote(name)}.json"
+
+@dataclass(frozen=True)
+class Listing:
+    """What `GET /libraries` was asked: a name prefix, and a page (a size, where to start) or everything."""
+
+    prefix: str = ""
+    limit: int | None = None  # None: every library
+    after: str | None = None  # the previous page's last name
+
+    @property
+    def paged(self) -> bool:
+        return self.limit is not None
 
 
 async def list_libraries(request: Request) -> Response:
     """The libraries this caller may see at least one bit of, with the count they may see."""
     caller = request_caller(request)
-    listed = visible_libraries(host_state(request).catalog, caller.access_tags)
     headers = cache_headers(caller.token, revalidate=True)
-    return Response(render_json({"libraries": listed}), 200, headers, media_type=JSON)
+    listing = parse_listing(request.query_params)
+    state = host_state(request)
+    catalog = state.catalog  # this request's generation, whatever reloads happen meanwhile
+    reach = reach_of(request.scope, catalog, caller.access_tags, headers)
+    entries = iter(visible_libraries(catalog, caller.access_tags, reach, listing.prefix, listing.after))
+    if not listing.paged:
+        # Every library, as always: kept rendered per generation and grant (10,000 of them take ~30 ms).
+        key = ("libraries", catalog.generation, caller.access_tags, reach.name, listing.prefix)
+        body = state.answers.get(key)
+        if body is None:
+            body = await run_in_threadpool(lambda: render_json({"libraries": list(entries)}))
+            state.answers.put(key, body)
+        return Response(body, 200, headers, media_type=JSON)
+    assert listing.limit is not None
+    page = [entry for _, entry in zip(range(listing.limit), entries, strict=False)]
+    more = next(entries, None) is not None
+    cursor = encode_cursor(page[-1]["name"]) if more and page else None
+    return Response(render_json({"libraries": page, "next_cursor": cursor}), 200, headers, media_type=JSON)
 
 
-def visible_libraries(catalog: Catalog, access_tags: frozenset[str]) -> list[dict[str, Any]]:
-    """`GET /libraries`'s list (also the MCP `libraries` tool's): only what a caller holding `access_tags` may see."""
-    listed = []
-    for library in catalog.libraries:
+def parse_listing(params: Mapping[str, str]) -> Listing:
+    """`prefix`, `limit` and `cursor`, checked; 400 naming the one that is wrong."""
+    prefix = params.get("prefix", "")
+    if len(prefix) > MAX_NAME_CHARACTERS or any(ord(character) < 0x20 or ord(character) == 0x7F for character in prefix):
+        raise bad_request(f"prefix must be the start of a library name (at most {MAX_NAME_CHARACTERS:,} characters, "
+                          f"no control characters), got {prefix[:40]!r}")
+    limit = params.get("limit")
+    cursor = params.get("cursor")
+    if limit is None and cursor is None:
+        return Listing(prefix)
+    limit = str(DEFAULT_LIMIT) if limit is None else limit
+    size = int(limit) if limit.isascii() and limit.isdigit() and len(limit) < 6 else 0
+    if not 1 <= size <= MAX_LIMIT:
+        raise bad_request(f"limit must be an integer from 1 to {MAX_LIMIT}, got {limit[:40]!r}")
+    return Listing(prefix, size, None if cursor is None else decode_cursor(cursor))
+
+
+def encode_cursor(name: str) -> str:
+    """An opaque cursor: the last name of a page."""
+    encoded = base64.urlsafe_b64encode(name.encode("utf-8", "surrogatepass")).decode().rstrip("=")
+    return CURSOR_MARK + encoded
+
+
+def decode_cursor(cursor: str) -> str:
+    """The name a cursor of `encode_cursor` holds; 400 for anything else."""
+    try:
+        if not cursor.startswith(CURSOR_MARK) or len(cursor) > 4 * MAX_NAME_CHARACTERS:
+            raise ValueError(cursor)
+        encoded = cursor[len(CURSOR_MARK):]
+        padded = encoded + "=" * (-len(encoded) % 4)
+        return base64.b64decode(padded, altchars=b"-_", validate=True).decode("utf-8", "surrogatepass")
+    except (ValueError, binascii.Error):
+        raise bad_request(f"cursor {cursor[:40]!r} is not one this host gave: pass next_cursor as it came") from None
+
+
+def visible_libraries(catalog: Catalog, access_tags: frozenset[str], reach: Reach | None = None, prefix: str = "",
+                      after: str | None = None) -> Iterator[dict[str, Any]]:
+    """`GET /libraries`'s entries (also the MCP `libraries` tool's), in name order: only what a caller
+    holding `access_tags` may see, within `reach`, whose names start with `prefix`, after `after`."""
+    reach = reach or Reach()
+    if reach.name is not None:  # only names that start with the prefix's name can be in it
+        if reach.name.startswith(prefix):
+            prefix = reach.name
+        elif not prefix.startswith(reach.name):
+            return
+    root = root_href(reach.name)
+    for name in starting_with(catalog.names, prefix, after):
+        library = catalog.library(name)
+        if library is None or (reach.names is not None and name not in reach.names):
+            continue
         visible = library.visible_bit_count(access_tags)
         if visible:
-            listed.append({
+            yield {
                 "name": library.name,
-                "url": library_url(library.name),
+                "url": library_href(library.name, root),
                 "embedding_model": library.embedding_model,
                 "dimension": library.dimension,
                 "bits": visible,
-            })
-    return listed
+            }
 
 
 async def library_file(request: Request) -> Response:
@@ -60,9 +146,11 @@ async def library_file(request: Request) -> Response:
     state = host_state(request)
     caller = request_caller(request)
     name = request.path_params["name"]
+    headers = cache_headers(caller.token, revalidate=True)
+    reach = reach_of(request.scope, state.catalog, caller.access_tags, headers)
     library = state.catalog.library(name.removesuffix(".json")) if name.endswith(".json") else None
-    if library is None or not library.visible_bit_count(caller.access_tags):
-        raise HTTPError(404, f"there is no library named {name!r:.80}", cache_headers(caller.token, revalidate=True))
+    if library is None or not library.visible_bit_count(caller.access_tags) or not reach.holds(library.name):
+        raise HTTPError(404, f"there is no library named {name!r:.80}", headers)
     visible_tags = frozenset(tag for tag in caller.access_tags if tag in library.tags)
     gzip = accepts_gzip(request.headers.get("accept-encoding", ""))
     digest = await etag_digest(state, library, visible_tags)

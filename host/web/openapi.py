@@ -1,11 +1,19 @@
-"""The API described as OpenAPI 3 (served at /openapi.json)."""
+"""The API described as OpenAPI 3 (served at /openapi.json).
+
+Every path of the host's own API is served under `/p/{publisher}/` too, for that name's libraries
+alone (host/web/middleware/publisher_prefix.py): `_publisher_paths` describes each such copy from the
+operation itself, so the two never disagree."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from host.catalog.selection import MAX_NAME_CHARACTERS
 from host.web.dialects.openapi_paths import PATHS as DIALECT_PATHS
 from host.web.dialects.openapi_retrieval import PATHS as RETRIEVAL_PATHS
+from host.web.library_endpoints import DEFAULT_LIMIT, MAX_LIMIT
+from host.web.middleware.publisher_prefix import ROUTE_WORDS
+from host.web.query_args import MAX_LIBRARY_NAMES
 
 _ERROR = {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}
 
@@ -48,6 +56,14 @@ _QUERY_ARGUMENTS = {
                  "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}], "default": "embedding"},
         "access_token": {"type": "string", "description": "Also accepted as Authorization: Bearer; never in the URL "
                                                           "(a token in the query string is a 400 on every path)."},
+        "libraries": {"description": "Only the bits of these libraries: each name a library's, or a folder's "
+                                     "(every library in it), as GET /libraries names them. A form field holds one "
+                                     "name; JSON may list several. A name that selects nothing the caller may see "
+                                     "is a 404; one that tries to leave its folder (.., absolute, a backslash, NUL, "
+                                     "percent-encoded or not) a 400.",
+                      "oneOf": [{"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARACTERS},
+                                {"type": "array", "minItems": 1, "maxItems": MAX_LIBRARY_NAMES,
+                                 "items": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARACTERS}}]},
     },
 }
 
@@ -124,6 +140,14 @@ def _openai_error(description: str) -> dict[str, Any]:
 
 
 _JSON_BODY = {"application/json": {"schema": {"$ref": "#/components/schemas/Library"}}}
+_LIBRARY_LIST = {"type": "object", "required": ["libraries"], "properties": {
+    "libraries": {"type": "array", "items": {"type": "object", "required": ["name", "url", "embedding_model", "dimension",
+                                                                          "bits"], "properties": {
+        "name": {"type": "string"}, "url": {"type": "string", "description": "The library's file on this host"},
+        "embedding_model": {"type": "string"}, "dimension": {"type": "integer"},
+        "bits": {"type": "integer", "description": "Those the caller may see"}}}},
+    "next_cursor": {"type": "string", "nullable": True,
+                    "description": "Only in a page: the cursor of the next one, null after the last"}}}
 _TOKEN_PARAMETERS = [
     {"name": "Authorization", "in": "header", "required": False, "schema": {"type": "string"},
      "description": "Bearer <access token>: one this host issued, or a token of an identity provider its access "
@@ -145,6 +169,11 @@ _PAGE_BIT = {"type": "object", "required": ["id", "title", "href", "text", "simi
     "library": {"type": "string"},
     "access_tag": {"type": "string", "nullable": True, "description": "Only on bits the caller's token grants."},
     "like_href": {"type": "string"}}}
+_PAGE_LIBRARY = {"type": "object", "properties": {
+    "name": {"type": "string"}, "page_href": {"type": "string"}, "file_href": {"type": "string"},
+    "map_href": {"type": "string"}, "bit_count": {"type": "integer"}, "private_bit_count": {"type": "integer"},
+    "embedding_model": {"type": "string"}, "description": {"type": "string", "nullable": True},
+    "searchable": {"type": "boolean"}}}
 _PAGE = {
     "type": "object",
     "description": "The page's data (host/web/page/data.py): what the HTML page renders.",
@@ -160,11 +189,17 @@ _PAGE = {
         "caller": {"type": "object", "nullable": True, "properties": {
             "subject": {"type": "string"}, "access_tags": {"type": "array", "items": {"type": "string"}}}},
         "notices": {"type": "array", "items": _NOTICE},
-        "libraries": {"type": "array", "items": {"type": "object", "properties": {
-            "name": {"type": "string"}, "page_href": {"type": "string"}, "file_href": {"type": "string"},
-            "map_href": {"type": "string"}, "bit_count": {"type": "integer"}, "private_bit_count": {"type": "integer"},
-            "embedding_model": {"type": "string"}, "description": {"type": "string", "nullable": True},
-            "searchable": {"type": "boolean"}}}},
+        "libraries": {"type": "array", "items": _PAGE_LIBRARY,
+                      "description": "A publisher's libraries; on the whole host's page, those outside any folder"},
+        "publishers": {"type": "array", "description": "The whole host's page: its folders of libraries",
+                       "items": {"type": "object", "properties": {
+                           "name": {"type": "string"}, "page_href": {"type": "string"},
+                           "libraries_href": {"type": "string"}, "library_count": {"type": "integer"},
+                           "bit_count": {"type": "integer"}, "private_bit_count": {"type": "integer"}}}},
+        "listed_of": {"type": "integer", "description": "How many there are to list (the page lists at most 1,000)"},
+        "root": {"type": "string", "description": "The page's own path: / or /p/<name>/"},
+        "publisher": {"type": "string", "nullable": True, "description": "A publisher's page: its name"},
+        "library_view": {"allOf": [_PAGE_LIBRARY], "nullable": True, "description": "The library page's library"},
         "sections": {"type": "array", "items": {"type": "object", "properties": {
             "heading": {"type": "string"}, "model": {"type": "string"},
             "kind": {"type": "string", "enum": ["ranked", "sample"]},
@@ -231,6 +266,7 @@ OPENAPI: dict[str, Any] = {
                                         "text/plain": {"schema": {"type": "string"}}}},
                     "400": _error("A bad argument"),
                     "401": _error("An access token that failed verification"),
+                    "404": _error("A name in libraries selects no library this caller may see"),
                     "408": _error("The body did not arrive in time"),
                     "413": _error("The body is over the limit"),
                     "415": _error("An unsupported content type"),
@@ -256,11 +292,25 @@ OPENAPI: dict[str, Any] = {
                     ("502", "The embedding service failed"), ("504", "The embedding service did not answer in time"))},
             },
         }},
-        "/libraries": {"get": {"summary": "The loaded libraries this caller may see", "parameters": _TOKEN_PARAMETERS,
-                               "responses": {
-            "200": {"description": "Libraries", "content": {"application/json": {"schema": {"type": "object"}}}},
-            "401": _error("An access token that failed verification"),
-            "429": _error("Too many requests")}}},
+        "/libraries": {"get": {
+            "summary": "The loaded libraries this caller may see, in name order: all of them, or a page",
+            "description": "With no limit nor cursor, every one (filtered by prefix). With limit (or a cursor), a "
+                           "page, and next_cursor: pass it as cursor for the next page (null after the last).",
+            "parameters": [
+                {"name": "prefix", "in": "query", "required": False,
+                 "schema": {"type": "string", "maxLength": MAX_NAME_CHARACTERS},
+                 "description": "Only names that start with it (a folder's: blog/)"},
+                {"name": "limit", "in": "query", "required": False,
+                 "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
+                 "description": f"A page of this many ({DEFAULT_LIMIT} with only a cursor)"},
+                {"name": "cursor", "in": "query", "required": False, "schema": {"type": "string"},
+                 "description": "The next_cursor of the page before"},
+                *_TOKEN_PARAMETERS],
+            "responses": {
+                "200": {"description": "Libraries", "content": {"application/json": {"schema": _LIBRARY_LIST}}},
+                "400": _error("A bad prefix, limit or cursor"),
+                "401": _error("An access token that failed verification"),
+                "429": _error("Too many requests")}}},
         "/libraries/{name}.json": {"get": {
             "summary": "A library as a static file, restricted bits removed",
             "parameters": [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
@@ -291,3 +341,33 @@ OPENAPI: dict[str, Any] = {
     },
     "components": {"schemas": {"Error": _ERROR, "Bit": _BIT, "Library": _LIBRARY, "Page": _PAGE}},
 }
+
+
+_PUBLISHER = {"name": "publisher", "in": "path", "required": True,
+              "schema": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARACTERS},
+              "description": "A library's or a folder's name (its / as they are, or as %2F). The name ends before "
+                             "the first later segment that is one of the host's own paths ("
+                             + ", ".join(sorted(ROUTE_WORDS)) + "): a folder so named is reached under its parent."}
+
+
+def _publisher_paths(paths: dict[str, Any]) -> dict[str, Any]:
+    """The operations `/p/{publisher}/` serves too: those of `/` and of the paths under ROUTE_WORDS,
+    with the same arguments and answers for that name's libraries alone, and two answers more in the
+    operation's own error shape: 400 for a malformed name, 404 for one selecting nothing visible."""
+    return {f"/p/{{publisher}}{path}": {method: _under_publisher(operation) for method, operation in item.items()}
+            for path, item in paths.items() if path == "/" or path.split("/")[1] in ROUTE_WORDS}
+
+
+def _under_publisher(operation: dict[str, Any]) -> dict[str, Any]:
+    responses: dict[str, Any] = operation["responses"]
+    shaped = next((answer for status, answer in sorted(responses.items())
+                   if status.startswith("4") and "content" in answer), _error(""))
+    added = {"400": "A malformed publisher name (.., absolute, a backslash, NUL, overlong; percent-encoded or not)",
+             "404": "No library or folder of that name this caller may see"}
+    return {**operation, "summary": f"{operation['summary']}, of one publisher's libraries",
+            "parameters": [_PUBLISHER, *operation.get("parameters", [])],
+            "responses": {**responses, **{status: {"description": description, "content": shaped["content"]}
+                                          for status, description in added.items() if status not in responses}}}
+
+
+OPENAPI["paths"].update(_publisher_paths(OPENAPI["paths"]))

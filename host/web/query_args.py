@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from host.catalog.selection import BadName, check_name
 from host.constraints import ConstraintError, Node, parse_constraint
 from host.library.format import FORMAT_VERSION
 from host.library.omit import Omit, parse_omit
@@ -25,6 +26,7 @@ COUNT_TYPES: tuple[CountType, ...] = ("token", "bit")
 DEFAULT_OMIT_KEYS = parse_omit(DEFAULT_OMIT)
 MAX_QUERY_CHARACTERS = 10_000  # far past what an embedder reads (MiniLM: 256 tokens)
 MAX_QUERY_MAGNITUDE = 1e6  # larger values overflow float32 dot products into inf/NaN
+MAX_LIBRARY_NAMES = 1000  # names in `libraries` (a folder's name selects any number of libraries)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class QueryArgs:
     mode: Mode | None = None  # None: hybrid for a text query, else vector (`effective_mode`)
     keyword_weight: float | None = None  # hybrid's share of the keyword score (None: the default)
     score_threshold: float | None = None  # only bits whose rank score reaches it (vector: the similarity)
+    libraries: tuple[str, ...] | None = None  # only bits of what these names select (libraries or folders)
 
     @property
     def effective_mode(self) -> Mode:
@@ -99,7 +102,27 @@ def parse_query_args(fields: Mapping[str, Any], *, max_count: int, max_embedding
         access_token=_text(fields, "access_token") or None,
         mode=mode,
         keyword_weight=weight,
+        libraries=library_names(fields.get("libraries")),
     )
+
+
+def library_names(value: Any) -> tuple[str, ...] | None:
+    """`libraries`: a name or a list of names, each a library's or a folder's (host/catalog/selection.py),
+    well-formed and each once; None or "": every library. In a form, a field holds one name."""
+    if value is None or value == "":
+        return None
+    given = [value] if isinstance(value, str) else value
+    if not isinstance(given, list) or not all(isinstance(name, str) for name in given):
+        raise bad_request("libraries must be a library name (or a folder's) or a list of them")
+    if not given:
+        raise bad_request("libraries is an empty list: name a library or a folder of libraries, or leave it out")
+    if len(given) > MAX_LIBRARY_NAMES:
+        raise bad_request(f"libraries holds {len(given):,} names; at most {MAX_LIBRARY_NAMES:,} "
+                          "(a folder's name selects every library in it)")
+    try:
+        return tuple(dict.fromkeys(check_name(name, "library name in libraries") for name in given))
+    except BadName as problem:
+        raise bad_request(str(problem)) from None
 
 
 def _mode(fields: Mapping[str, Any]) -> Mode | None:

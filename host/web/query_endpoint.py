@@ -22,9 +22,11 @@ import numpy as np
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Scope
 
 from host.catalog.generations import Catalog
 from host.catalog.model_index import ModelIndex
+from host.catalog.selection import BadName
 from host.embedders.errors import EmbedderError
 from host.library.omit import parse_omit
 from host.results.answers import build_result, estimated_answer_bytes, result_header
@@ -37,6 +39,7 @@ from host.search.query import Mode, Query, choose_model, run_query
 from host.web.caller import Caller, keys_ready, request_caller
 from host.web.context_block import TEXT_PLAIN, render_context_block
 from host.web.errors import bad_request
+from host.web.library_selection import NoSuchLibrary, choose, in_reach, one_model, reach_of, refusal
 from host.web.query_args import QueryArgs, parse_query_args, query_vector
 from host.web.request_body import read_fields
 from host.web.responses import (
@@ -76,15 +79,32 @@ async def query_endpoint(request: Request) -> Response:
     caller = request_caller(request, args.access_token)
     catalog = state.catalog  # this request's generation, whatever reloads happen meanwhile
     signals_on = state.access.restricted_count or bool(state.access.restricted_message)
-    index = choose_model(catalog, args.model, caller.grant, reveal_all=signals_on)
+    index, libraries = model_and_libraries(request.scope, catalog, args, caller, reveal_all=signals_on)
     form = answer_format(request.headers.get("accept", ""))
-    body = await answer(state, catalog, index, args, caller, form, stream_large=True)
+    body = await answer(state, catalog, index, args, caller, form, libraries, stream_large=True)
     state.metrics.observe("polymath_query_seconds", time.perf_counter() - started)
     state.metrics.count("polymath_queries_total", format=form)
     headers, media_type = cache_headers(caller.token), MEDIA_TYPES[form]
     if isinstance(body, bytes):
         return ChunkedResponse(body, 200, headers, media_type=media_type)
     return StreamingResponse(body, 200, headers, media_type=media_type)
+
+
+def model_and_libraries(scope: Scope, catalog: Catalog, args: QueryArgs, caller: Caller, *,
+                        reveal_all: bool = False) -> tuple[ModelIndex, frozenset[str] | None]:
+    """The model index to answer from and the libraries to narrow to (None: every library): the
+    request's `/p/{name}/` prefix and its `libraries`, resolved for this caller
+    (host/web/library_selection.py). With neither, the host's one model or the one named."""
+    reach = reach_of(scope, catalog, caller.access_tags)
+    try:
+        chosen = in_reach(catalog, reach) if args.libraries is None else choose(
+            catalog, caller.access_tags, reach, args.libraries, "library name in libraries")
+    except (BadName, NoSuchLibrary) as problem:
+        raise refusal(problem) from None
+    if chosen is None:
+        return choose_model(catalog, args.model, caller.grant, reveal_all=reveal_all), None
+    model = one_model(chosen, args.model)
+    return catalog.models[model], frozenset(library.name for library in chosen if library.embedding_model == model)
 
 
 def check_answer_size(size: int, limit: int) -> None:

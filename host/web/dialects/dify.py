@@ -5,7 +5,8 @@
      "metadata_condition": {"logical_operator": "and", "conditions": [...]}}          (optional)
     -> {"records": [{"content", "score", "title", "metadata": {url, title, ..., library, bit_id, token_count}}]}
 
-`knowledge_id` names a library, or several of one embedding model separated by commas. The API
+`knowledge_id` names a library or a folder of libraries (host/web/library_selection.py), or several
+of one embedding model separated by commas; under `/p/{name}/dify/` only that name's. The API
 key Dify sends (`Authorization: Bearer <key>`) is an access token of this host; with no
 Authorization header the caller is anonymous (public bits only). `passages.find_passages` asks
 the query core as `POST /` asks a text query: hybrid (meaning and keywords fused, as Dify's own
@@ -35,14 +36,16 @@ from typing import Any, TypeGuard
 from starlette.requests import Request
 from starlette.responses import Response
 
+from host.catalog.selection import BadName
 from host.constraints import ConstraintError, Everything, parse_dify_condition
 from host.library.json_text import parse_json
 from host.search.fusion import DEFAULT_KEYWORD_WEIGHT
 from host.search.query import MODES, Mode
 from host.store.compiled import CompiledLibrary
 from host.web.caller import Caller, request_caller
-from host.web.dialects.passages import Passage, find_passages, visible_library
+from host.web.dialects.passages import Passage, find_passages
 from host.web.errors import HTTPError
+from host.web.library_selection import NoSuchLibrary, choose, reach_of
 from host.web.middleware.dialect_errors import error_message, json_object
 from host.web.query_args import MAX_QUERY_CHARACTERS
 from host.web.responses import JSON, cache_headers, render_json
@@ -77,7 +80,7 @@ async def _retrieval(request: Request) -> Response:
     state = host_state(request)
     caller = dify_caller(request)
     body = request_object(await request.body())
-    libraries = knowledge(state, caller, body.get("knowledge_id"))
+    libraries = knowledge(request, state, caller, body.get("knowledge_id"))
     query = body.get("query")
     if not isinstance(query, str):
         raise bad_request("query is required: the user's question, a string")
@@ -125,20 +128,21 @@ def request_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def knowledge(state: HostState, caller: Caller, knowledge_id: Any) -> list[CompiledLibrary]:
-    """The libraries `knowledge_id` names (one, or several separated by commas), all visible to the caller."""
-    if not isinstance(knowledge_id, str):
+def knowledge(request: Request, state: HostState, caller: Caller, knowledge_id: Any) -> list[CompiledLibrary]:
+    """The libraries `knowledge_id` selects (a name, or several separated by commas, each a library's or
+    a folder's), all visible to the caller, within the request's prefix."""
+    names = [part.strip() for part in knowledge_id.split(",") if part.strip()] if isinstance(knowledge_id, str) else []
+    if not names:
         raise bad_request("knowledge_id is required: a library name, or several separated by commas")
-    libraries = []
-    for name in dict.fromkeys(part.strip() for part in knowledge_id.split(",") if part.strip()):
-        library = visible_library(state, caller, name)
-        if library is None:
-            raise DifyError(UNKNOWN_KNOWLEDGE, f"The knowledge does not exist: there is no library named "
-                            f"{name!r:.80} here (GET /libraries lists them)", 404)
-        libraries.append(library)
-    if not libraries:
-        raise bad_request("knowledge_id is required: a library name, or several separated by commas")
-    return libraries
+    catalog = state.catalog
+    try:
+        return choose(catalog, caller.access_tags, reach_of(request.scope, catalog, caller.access_tags), names,
+                      "knowledge_id")
+    except BadName as problem:
+        raise bad_request(str(problem)) from None
+    except NoSuchLibrary as problem:
+        raise DifyError(UNKNOWN_KNOWLEDGE, f"The knowledge does not exist: {problem} "
+                        "(GET /libraries lists them)", 404) from None
 
 
 @dataclass(frozen=True)

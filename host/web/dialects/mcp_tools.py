@@ -6,10 +6,13 @@ Imported only by `mcp_server.build`, so the `mcp` package is needed only where /
   query core, the answer cache): its structured result is exactly `POST /`'s JSON answer for the
   same arguments (default `omit`: no embeddings), and its text is that answer as a context block
   (host/web/context_block.py), the form a model reads best, with numbered sources. `library`
-  narrows the answer to one library (and picks its model). `mode` and `keyword_weight` are
+  narrows the answer to one library or the libraries of a folder, as `POST /`'s `libraries` does
+  (and picks their model). `mode` and `keyword_weight` are
   `POST /`'s: hybrid by default (meaning and keywords fused), `vector` or `keyword` alone; an
   agent looking for a name, a number or an identifier does best with `keyword`.
 - `libraries` lists what `GET /libraries` lists.
+
+Under `/p/{name}/mcp`, both reach only that name's libraries (host/web/library_selection.py).
 
 Each call is judged by the `Authorization: Bearer` token of the HTTP request carrying it, read
 through host/web/caller.py (a token that fails verification never gets here: mcp_server's guard
@@ -32,14 +35,15 @@ from starlette.requests import Request
 
 from host.embedders.errors import EmbedderError, NoEmbedder
 from host.search.errors import NothingLoaded, QueryError
-from host.search.query import choose_model
-from host.web.caller import Caller, request_caller
+from host.web.caller import request_caller
 from host.web.context_block import render_context_block
 from host.web.errors import HTTPError
 from host.web.library_endpoints import visible_libraries
+from host.web.library_selection import reach_of
+from host.web.middleware.publisher_prefix import publisher
 from host.web.query_args import parse_query_args
-from host.web.query_endpoint import answer
-from host.web.state import HostState, host_state
+from host.web.query_endpoint import answer, model_and_libraries
+from host.web.state import host_state
 
 INSTRUCTIONS = ("Search the text libraries this host serves. `search` returns the passages most relevant to a "
                 "question, best first, within a budget of tokens or passages, each with its source URL; "
@@ -101,7 +105,8 @@ async def search(
     query: Annotated[str, Field(description="What to look for, in plain words.")],
     count: Annotated[int, Field(description="The budget: tokens (count_type token) or bits (count_type bit).")] = 1000,
     count_type: Annotated[Literal["token", "bit"], Field(description="What count counts.")] = "token",
-    library: Annotated[str | None, Field(description="Only this library (a name from the libraries tool).")] = None,
+    library: Annotated[str | None, Field(description="Only this library, or the libraries in this folder (a name "
+                                                     "from the libraries tool, or a folder of them).")] = None,
     similarity_threshold: Annotated[float | None, Field(
         description="Only bits at least this similar (cosine) to the query.")] = None,
     constraint: Annotated[str | dict[str, Any] | None, Field(
@@ -123,17 +128,15 @@ async def search(
         caller = request_caller(request)
         fields = {"query": query, "count": count, "count_type": count_type,
                   "similarity_threshold": similarity_threshold, "constraint": constraint, "mode": mode,
-                  "keyword_weight": keyword_weight}
+                  "keyword_weight": keyword_weight, "libraries": library}
         args = parse_query_args(fields, max_count=state.settings.max_count,
                                 max_embedding_bytes=state.settings.max_embedding_bytes)
         catalog = state.catalog
-        model, libraries = None, None
-        if library is not None:
-            model, libraries = _library_model(state, caller, library), frozenset({library})
-        elif sum(1 for index in catalog.models.values() if index.visible_count(caller.access_tags)) > 1:
+        if library is None and publisher(request.scope) is None and sum(
+                1 for index in catalog.models.values() if index.visible_count(caller.access_tags)) > 1:
             raise QueryError("this host serves libraries of several embedding models: name a library "
                              "(the libraries tool lists them)")
-        index = choose_model(catalog, model, caller.grant)
+        index, libraries = model_and_libraries(request.scope, catalog, args, caller)
         body = await answer(state, catalog, index, args, caller, "json", libraries)
     state.metrics.count("polymath_queries_total", format="mcp")
     result = json.loads(body)
@@ -146,17 +149,12 @@ async def libraries(context: Context) -> Annotated[CallToolResult, LibrariesResu
     request = _request(context)
     with _as_tool_errors():
         caller = request_caller(request)
-    listed = visible_libraries(host_state(request).catalog, caller.access_tags)
+        catalog = host_state(request).catalog
+        reach = reach_of(request.scope, catalog, caller.access_tags)
+    listed = list(visible_libraries(catalog, caller.access_tags, reach))
     lines = [f"{entry['name']}: {entry['bits']:,} bits ({entry['embedding_model']})" for entry in listed]
     return CallToolResult(content=[TextContent(type="text", text="\n".join(lines) or "no libraries")],
                           structured_content={"libraries": listed})
-
-
-def _library_model(state: HostState, caller: Caller, name: str) -> str:
-    chosen = state.catalog.library(name)
-    if chosen is None or not chosen.visible_bit_count(caller.access_tags):
-        raise QueryError(f"there is no library named {name!r:.80}; the libraries tool lists them")
-    return chosen.embedding_model
 
 
 @contextmanager
@@ -165,7 +163,8 @@ def _as_tool_errors() -> Iterator[None]:
     try:
         yield
     except HTTPError as refused:
-        raise ToolError(refused.message) from None
+        hint = "; the libraries tool lists them" if refused.status == 404 else ""  # the only 404: a library name
+        raise ToolError(refused.message + hint) from None
     except (QueryError, NoEmbedder, NothingLoaded, EmbedderError) as refused:
         raise ToolError(str(refused)) from None
 

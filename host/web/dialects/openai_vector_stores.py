@@ -6,7 +6,10 @@
 
 `client.vector_stores.search("sample", query=...)` of the real `openai` package works with an
 access token as its API key (`Authorization: Bearer`; none, or an unknown opaque key: public bits
-only). The id is the library's name (percent-encoded in the path when it holds "/"). Search asks
+only). The id is the library's name (percent-encoded in the path when it holds "/"); a search may
+also name a folder of libraries, and searches every library in it the caller may see, as `POST /`'s
+`libraries` does (host/web/library_selection.py). Under `/p/{name}/v1/`, the stores are that name's
+libraries alone. Search asks
 the query core as `POST /` asks a text query (passages.py): `query` a string or a list of strings
 (embedded together, as one text), `max_num_results` bits (1-50, default 10), `filters` through the
 one constraint engine (host/constraints/attribute_filter.py). Ranking is hybrid, as OpenAI's file
@@ -37,15 +40,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from host.catalog.selection import BadName
 from host.constraints import ConstraintError, parse_attribute_filter
 from host.constraints.words import fold
 from host.library.json_text import parse_json
 from host.search.fusion import DEFAULT_KEYWORD_WEIGHT
 from host.web.caller import Caller, request_caller
 from host.web.dialects.openai_errors import OpenAIError
-from host.web.dialects.passages import Passage, find_passages, visible_library
+from host.web.dialects.passages import Passage, find_passages
 from host.web.dialects.ragflow.view import Dataset, document_id, visible_datasets
 from host.web.errors import HTTPError
+from host.web.library_selection import NoSuchLibrary, choose, reach_of
+from host.web.middleware.publisher_prefix import route_path
 from host.web.query_args import MAX_QUERY_CHARACTERS
 from host.web.responses import JSON, cache_headers, render_json
 from host.web.state import host_state
@@ -98,7 +104,8 @@ async def list_vector_stores(request: Request) -> Response:
     order = params.get("order", "desc")
     if order not in ("asc", "desc"):
         raise OpenAIError(400, f"order must be 'asc' or 'desc', got {order!r:.40}", "order")
-    stores = visible_datasets(host_state(request).catalog, caller.access_tags)
+    catalog = host_state(request).catalog
+    stores = visible_datasets(catalog, caller.access_tags, reach_of(request.scope, catalog, caller.access_tags))
     if order == "desc":
         stores.reverse()
     ids = [store.library.name for store in stores]
@@ -138,8 +145,9 @@ async def vector_store_path(request: Request) -> Response:
     if request.method != "GET" or any(part in ("files", "file_batches") for part in rest.split("/")[1:]):
         return await unsupported(request)
     caller = openai_caller(request)
-    state = host_state(request)
-    store = next((store for store in visible_datasets(state.catalog, caller.access_tags)
+    catalog = host_state(request).catalog
+    reach = reach_of(request.scope, catalog, caller.access_tags)
+    store = next((store for store in visible_datasets(catalog, caller.access_tags, reach)
                   if store.library.name == rest), None)
     if store is None:
         raise not_found(rest)
@@ -161,7 +169,7 @@ def describe(store: Dataset) -> dict[str, Any]:
 
 async def unsupported(request: Request) -> Response:
     openai_caller(request)  # a refused token is still a 401 first, as on every door
-    what, allowed = refused_operation(request.method, request.url.path)
+    what, allowed = refused_operation(request.method, route_path(request.scope))
     raise OpenAIError(405, f"{what} is not supported: {READ_ONLY}", code="unsupported_operation",
                       headers={"Allow": allowed})
 
@@ -187,9 +195,14 @@ async def search(request: Request) -> Response:
     state = host_state(request)
     caller = openai_caller(request)
     vector_store_id = request.path_params["vector_store_id"]
-    library = visible_library(state, caller, vector_store_id)
-    if library is None:
-        raise not_found(vector_store_id)
+    catalog = state.catalog
+    try:
+        libraries = choose(catalog, caller.access_tags, reach_of(request.scope, catalog, caller.access_tags),
+                           [vector_store_id], "vector_store_id")
+    except BadName as problem:
+        raise OpenAIError(400, str(problem), "vector_store_id") from None
+    except NoSuchLibrary:
+        raise not_found(vector_store_id) from None
     body = _request_object(await request.body())
     queries = _queries(body.get("query"))
     count = body.get("max_num_results", DEFAULT_RESULTS)
@@ -206,7 +219,7 @@ async def search(request: Request) -> Response:
         raise OpenAIError(400, str(problem), "filters") from None
     question = "\n".join(queries)
     passages = [] if not question.strip() else await find_passages(
-        state, caller, [library], question, count, score_threshold=threshold, constraint=constraint,
+        state, caller, libraries, question, count, score_threshold=threshold, constraint=constraint,
         keyword_weight=keyword_weight)
     state.metrics.count("polymath_queries_total", format="openai")
     page = {"object": "vector_store.search_results.page", "search_query": queries,

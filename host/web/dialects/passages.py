@@ -5,7 +5,9 @@ a score from 0 to 1.
 Asked as `POST /` asks a text query: `host.search.query` ranks what the caller may see in the
 mode asked for, by default `hybrid` (meaning and keywords fused, `keyword_weight` the keywords'
 share), or `keyword` when no embedder serves the libraries' model (as `POST /` does, and says
-so); the constraint and the library list only narrow it. The budget is `count` bits,
+so); the constraint and the library list only narrow it. Which libraries a door's names mean (a
+library, or the libraries of a folder, within a `/p/{name}/` prefix) is host/web/library_selection.py's
+to say. The budget is `count` bits,
 `--max-answer-bytes` caps the answer, and each bit is `results.bits.result_bit` (no embedding).
 
 A passage's `score` is its rank score on the 0-1 scale these dialects use, so that the list is in
@@ -38,11 +40,11 @@ from host.library.omit import parse_omit
 from host.results.answers import estimated_answer_bytes
 from host.results.bits import result_bit
 from host.search.engine import Selection
-from host.search.errors import QueryError
 from host.search.fusion import DEFAULT_KEYWORD_WEIGHT
 from host.search.query import Mode, Query, choose_model, run_query
 from host.store.compiled import CompiledLibrary
 from host.web.caller import Caller
+from host.web.library_selection import one_model
 from host.web.query_endpoint import check_answer_size
 from host.web.state import HostState
 
@@ -60,21 +62,6 @@ class Passage:
     def info(self) -> dict[str, Any]:
         info = self.bit.get("info")
         return info if isinstance(info, dict) else {}
-
-
-def visible_library(state: HostState, caller: Caller, name: str) -> CompiledLibrary | None:
-    """The library of that name if this caller may see a bit of it; None exactly as if there were none."""
-    library = state.catalog.library(name)
-    return library if library is not None and library.visible_bit_count(caller.access_tags) else None
-
-
-def one_model(libraries: Sequence[CompiledLibrary]) -> str:
-    """The embedding model the libraries share; a QueryError when they do not."""
-    models = sorted({library.embedding_model for library in libraries})
-    if len(models) > 1:
-        raise QueryError(f"these libraries use different embedding models ({', '.join(models)}): "
-                         "ask the libraries of one model at a time")
-    return models[0]
 
 
 async def find_passages(state: HostState, caller: Caller, libraries: Sequence[CompiledLibrary], question: str,

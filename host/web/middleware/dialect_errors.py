@@ -7,7 +7,7 @@ body guard, 429 from the rate limiter, 401 from the caller, a crash. This middle
 the start of any answer of status 400 or more under its prefix, reads its (short) body, and sends
 `rewrite(status, body)` instead, keeping the status and every header but the length and type. A
 body already in the dialect's shape is the rewrite's to keep. A crash is logged and answered as
-a 500 in the same shape: never a traceback.
+a 500 in the same shape: never a traceback. Under `/p/{name}/`, the prefix is looked for after it.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from http import HTTPStatus
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from host.web.middleware.publisher_prefix import route_path
 from host.web.responses import JSON, render_json
 
 MAX_ERROR_BODY = 1 << 16  # error bodies are one sentence; a longer one is cut, never buffered unbounded
@@ -60,7 +61,7 @@ class DialectErrors:
         self.rewrite = rewrite
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
+        if scope["type"] != "http" or not route_path(scope).startswith(self.prefix):
             return await self.app(scope, receive, send)
         started: Message | None = None  # an error's start, held back until its body is rewritten
         sent_start = False

@@ -13,6 +13,11 @@ grant only:
 - nothing falls back silently: every substitution comes with a notice, and what the query core
   says of how it made an answer (its notes) is a notice too.
 
+The whole host's page lists its publishers (host/catalog/selection.py: first folders, each with the
+libraries and bits the caller may see, linking to its own page at `/p/{name}/`), a library outside
+any folder as itself; a publisher's page (`PageInputs.scope`) lists its libraries and searches and
+samples only them. Either lists at most MAX_LISTED entries: `/libraries` pages through every one.
+
 A text search is ranked in the request's mode, as `POST /` ranks one (hybrid unless asked
 otherwise); a model no embedder serves is searched by keywords alone in hybrid mode (with a
 notice), and shown as a sample in vector mode. "More like this" is by meaning, whatever the mode.
@@ -23,21 +28,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 import numpy as np
 
 from access import Grant
 from host.catalog.generations import Catalog
 from host.catalog.model_index import ModelIndex
+from host.catalog.selection import publishers
 from host.results.bits import result_bit
 from host.search.query import Mode, Query, SearchPolicy, narrowing_mask, run_query
 from host.store.compiled import CompiledLibrary
+from host.web.middleware.publisher_prefix import library_href, root_href
 from host.web.page.maps import LibraryMap, Projection, ProjectionCache, library_map, project_library
 from host.web.page.request import MAX_BITS, Budget, Notice, PageRequest, page_href
 from host.web.page.sampling import sample_rows
 
 SITE_NAME = "Polymath library host"
+MAX_LISTED = 1000  # entries the page lists (publishers and libraries): /libraries pages through them all
 MAX_DESCRIPTION_CHARACTERS = 1000
 NO_TEXT_SEARCH = ("No embedder serves this host's libraries: a search is ranked by keywords alone (the words "
                   "it holds, not what it means). “More like this” still follows meaning.")
@@ -88,6 +96,18 @@ class LibraryView:
 
 
 @dataclass(frozen=True)
+class PublisherView:
+    """A folder of libraries on the whole host's page (a publisher), as one caller sees it."""
+
+    name: str
+    page_href: str  # /p/<name>/, its own page (percent-encoded)
+    libraries_href: str  # /p/<name>/libraries, its libraries as JSON
+    library_count: int  # that this caller may see
+    bit_count: int  # likewise
+    private_bit_count: int  # of those, the ones their token shows
+
+
+@dataclass(frozen=True)
 class CallerView:
     subject: str
     access_tags: tuple[str, ...]
@@ -105,9 +125,14 @@ class PageData:
     search_note: str | None  # set when no embedder serves any of them: searches go by keywords alone
     caller: CallerView | None
     notices: tuple[Notice, ...]
-    libraries: tuple[LibraryView, ...]
+    libraries: tuple[LibraryView, ...]  # a publisher's libraries; the whole host's outside any folder
     sections: tuple[Section, ...]
     map: LibraryMap | None = None
+    root: str = "/"  # the page's own path: "/", or "/p/<name>/" for a publisher's page
+    publisher: str | None = None  # the name of a publisher's page (/p/<name>/)
+    publishers: tuple[PublisherView, ...] = ()  # the whole host's page: its folders of libraries
+    listed_of: int = 0  # how many libraries (a publisher's) or entries (the whole host's) there are to list
+    library_view: LibraryView | None = None  # the library page's library
 
 
 @dataclass(frozen=True)
@@ -125,29 +150,41 @@ class PageInputs:
     notices: tuple[Notice, ...] = ()  # from the edge: a refused or unknown token
     token_presented: bool = False
     projections: ProjectionCache | None = None
+    publisher: str | None = None  # a publisher's page: its name (/p/<name>/)...
+    scope: frozenset[str] | None = None  # ...and its libraries this caller may see (None: the whole host)
 
 
 def visible_models(catalog: Catalog, grant: Grant) -> list[ModelIndex]:
     return [index for index in catalog.models.values() if index.visible_count(grant.access_tags)]
 
 
-def visible_library(catalog: Catalog, name: str | None, grant: Grant) -> CompiledLibrary | None:
-    library = catalog.library(name) if name else None
+def visible_library(catalog: Catalog, name: str | None, grant: Grant,
+                    scope: frozenset[str] | None = None) -> CompiledLibrary | None:
+    """The library of that name if the caller may see a bit of it (and it is in `scope`, when given)."""
+    library = catalog.library(name) if name and (scope is None or name in scope) else None
     return library if library is not None and library.visible_bit_count(grant.access_tags) else None
 
 
-def models_to_search(catalog: Catalog, request: PageRequest, grant: Grant) -> list[str]:
+def models_to_search(catalog: Catalog, request: PageRequest, grant: Grant,
+                     scope: frozenset[str] | None = None) -> list[str]:
     """The models a text query is embedded for: those answering on this page, unless it is ranked by
     keywords alone."""
     if not request.query or request.mode == "keyword":
         return []
-    return [index.model for index in _scope(catalog, request, grant)]
+    return [index.model for index in _scope(catalog, request, grant, scope)]
 
 
-def _scope(catalog: Catalog, request: PageRequest, grant: Grant) -> list[ModelIndex]:
-    library = visible_library(catalog, request.library, grant)
+def _scope(catalog: Catalog, request: PageRequest, grant: Grant,
+           scope: frozenset[str] | None = None) -> list[ModelIndex]:
+    """The models answering on this page: the library page's, a publisher's libraries', or every visible one."""
+    library = visible_library(catalog, request.library, grant, scope)
     models = visible_models(catalog, grant)
-    return [index for index in models if library is None or index.model == library.embedding_model]
+    if library is not None:
+        return [index for index in models if index.model == library.embedding_model]
+    if scope is not None:
+        wanted = {found.embedding_model for name in scope if (found := catalog.library(name)) is not None}
+        return [index for index in models if index.model in wanted]
+    return models
 
 
 def web_link(url: str) -> str | None:
@@ -158,25 +195,28 @@ def web_link(url: str) -> str | None:
     return url if parts.scheme.lower() in ("http", "https") and parts.netloc else None
 
 
-def library_file_href(name: str) -> str:
-    return f"/libraries/{quote(name)}.json"
-
-
-def library_map_href(name: str) -> str:
-    return f"/libraries/{quote(name)}/map.svg"
+def library_map_href(name: str, root: str = "/") -> str:
+    return library_href(name, root, "/map.svg")
 
 
 def build_page(inputs: PageInputs) -> PageData:
-    catalog, request, grant = inputs.catalog, inputs.request, inputs.grant
+    catalog, request, grant, scope = inputs.catalog, inputs.request, inputs.grant, inputs.scope
     notices = list(inputs.notices) + list(request.notices)
-    library = visible_library(catalog, request.library, grant)
+    whose = "the whole host" if inputs.publisher is None else f"“{inputs.publisher[:100]}”"
+    if inputs.publisher is not None and not scope:
+        notices.append(Notice("error", f"There is no library or folder of libraries named {whose} here."))
+    library = visible_library(catalog, request.library, grant, scope)
     if request.library and library is None:
         notices.append(Notice("warning", f"There is no library named “{request.library[:100]}” here. "
-                                         "These are the libraries of the whole host."))
-    models = visible_models(catalog, grant)
+                                         f"These are the libraries of {whose}."))
+    models = _scope(catalog, replace(request, library=None), grant, scope)
     searchable = [index.model for index in models if index.model in inputs.searchable]
     builder = _SectionBuilder(inputs, library, notices)
-    sections = builder.sections(_scope(catalog, request, grant))
+    sections = builder.sections(_scope(catalog, request, grant, scope))
+    listed, folders, listed_of = _listing(inputs)
+    if listed_of > MAX_LISTED:
+        notices.append(Notice("info", f"The first {MAX_LISTED:,} of {listed_of:,} are listed here: "
+                                      f"{request.root}libraries lists every library, page by page."))
     if grant.subject is not None:
         tags = ", ".join(sorted(grant.access_tags)) or "none"
         notices.append(Notice("info", f"Your token ({grant.subject[:100]}) shows private bits tagged: {tags}. "
@@ -184,7 +224,8 @@ def build_page(inputs: PageInputs) -> PageData:
     elif inputs.token_presented and not any(notice.level == "error" for notice in notices):
         notices.append(Notice("warning", "This host does not know your token: the page shows what anyone may see."))
     title = f"{request.query[:80]} · {SITE_NAME}" if request.query else (
-        f"{library.name} · {SITE_NAME}" if library is not None else SITE_NAME)
+        f"{library.name} · {SITE_NAME}" if library is not None else
+        f"{inputs.publisher} · {SITE_NAME}" if inputs.publisher is not None else SITE_NAME)
     return PageData(
         title=title,
         query=request.query,
@@ -196,14 +237,46 @@ def build_page(inputs: PageInputs) -> PageData:
         search_note=None if searchable or not models else NO_TEXT_SEARCH,
         caller=CallerView(grant.subject, tuple(sorted(grant.access_tags))) if grant.subject is not None else None,
         notices=tuple(notices),
-        libraries=tuple(_library_view(item, grant, inputs.searchable) for item in catalog.libraries
-                        if item.visible_bit_count(grant.access_tags)),
+        libraries=listed,
         sections=tuple(sections),
         map=build_library_map(catalog, library, grant, request, inputs.projections) if library is not None else None,
+        root=request.root,
+        publisher=inputs.publisher,
+        publishers=folders,
+        listed_of=listed_of,
+        library_view=_library_view(library, grant, inputs.searchable, request.root) if library is not None else None,
     )
 
 
-def _library_view(library: CompiledLibrary, grant: Grant, searchable: frozenset[str]) -> LibraryView:
+def _listing(inputs: PageInputs) -> tuple[tuple[LibraryView, ...], tuple[PublisherView, ...], int]:
+    """What the page lists, at most MAX_LISTED, and how many there are: a publisher's libraries, or the
+    whole host's publishers (a library outside any folder as itself)."""
+    catalog, grant, root = inputs.catalog, inputs.grant, inputs.request.root
+    if inputs.scope is not None:
+        names = sorted(inputs.scope)
+        return tuple(_library_view(library, grant, inputs.searchable, root) for name in names[:MAX_LISTED]
+                     if (library := catalog.library(name)) is not None), (), len(names)
+    tags = grant.access_tags
+    visible = []
+    for name in catalog.names:
+        library = catalog.library(name)
+        bits = library.visible_bit_count(tags) if library is not None else 0
+        if library is not None and bits:
+            visible.append((name, bits, bits - library.visible_bit_count(frozenset()) if tags else 0))
+    groups = publishers(visible)
+    libraries, folders = [], []
+    for group in groups[:MAX_LISTED]:
+        library = catalog.library(group.name) if group.is_library else None
+        if library is not None:
+            libraries.append(_library_view(library, grant, inputs.searchable, root))
+        else:
+            href = root_href(group.name)
+            folders.append(PublisherView(group.name, href, f"{href}libraries", group.libraries, group.bits,
+                                         group.private_bits))
+    return tuple(libraries), tuple(folders), len(groups)
+
+
+def _library_view(library: CompiledLibrary, grant: Grant, searchable: frozenset[str], root: str = "/") -> LibraryView:
     visible = library.visible_bit_count(grant.access_tags)
     message = library.details.get("message")
     description = " ".join(message.split()) if isinstance(message, str) and message.strip() else None
@@ -211,9 +284,9 @@ def _library_view(library: CompiledLibrary, grant: Grant, searchable: frozenset[
         description = description[:MAX_DESCRIPTION_CHARACTERS] + "…"
     return LibraryView(
         name=library.name,
-        page_href=page_href(library=library.name),
-        file_href=library_file_href(library.name),
-        map_href=library_map_href(library.name),
+        page_href=page_href(PageRequest(root=root), library=library.name),
+        file_href=library_href(library.name, root),
+        map_href=library_map_href(library.name, root),
         bit_count=visible,
         private_bit_count=visible - library.visible_bit_count(frozenset()),
         embedding_model=library.embedding_model,
@@ -231,7 +304,7 @@ class _SectionBuilder:
         self.library = library
         self.notices = notices
         self.rng = np.random.default_rng(inputs.seed)
-        self.only = frozenset({library.name}) if library is not None else None
+        self.only = frozenset({library.name}) if library is not None else inputs.scope
 
     def sections(self, models: list[ModelIndex]) -> list[Section]:
         request = self.request
@@ -267,7 +340,7 @@ class _SectionBuilder:
         return self._ranked(index, vector if mode != "keyword" else None, "Search results", position, mode)
 
     def _visible_row(self, index: ModelIndex, bit_id: str) -> int | None:
-        mask = index.visible_rows(self.inputs.grant.access_tags)
+        mask = self._visible_mask(index)
         matches = index.ids == bytes.fromhex(bit_id)
         rows = np.flatnonzero(matches if mask is None else matches & mask)
         return int(rows[0]) if len(rows) else None
@@ -378,7 +451,7 @@ def build_library_map(catalog: Catalog, library: CompiledLibrary, grant: Grant, 
     key = (catalog.generation, library.name, tags)
     projection = projections.get_or_make(key, make) if projections is not None else make()
     base = replace(request, query="", seed=None, library=library.name)
-    return library_map(projection, library.name, library_map_href(library.name),
+    return library_map(projection, library.name, library_map_href(library.name, request.root),
                        lambda bit_id: page_href(base, like=bit_id))
 
 

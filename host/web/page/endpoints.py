@@ -11,6 +11,10 @@ its Content-Security-Policy lets the script connect to the provider's token endp
 A refused token (401) on the HTML page is a page too: what anyone may see, with a notice saying
 why the token was refused, the status 401 and `WWW-Authenticate`, so page.js can forget it and a
 person reads why. Programs asking for JSON get the API's `{"error": ...}` 401.
+
+Under `/p/{name}/` the page is that publisher's (host/web/library_selection.py): its libraries only,
+every link under the prefix. A name that selects nothing the caller may see is a 404: a page saying
+so for a browser, the API's `{"error": ...}` for a program.
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from access import ANONYMOUS
 from host.embedders.errors import EmbedderError, NoEmbedder
 from host.web.caller import Caller, caller_for, presented_token, request_caller
 from host.web.errors import HTTPError
+from host.web.library_selection import reach_of
+from host.web.middleware.publisher_prefix import publisher as publisher_of_request
+from host.web.middleware.publisher_prefix import root_href
 from host.web.middleware.security_headers import content_security_policy
 from host.web.page.data import PageInputs, build_library_map, build_page, models_to_search, visible_library
 from host.web.page.rendering import page_json, render_map, render_page
@@ -57,10 +64,17 @@ async def home_page(request: Request) -> Response:
         notices.append(Notice("error", f"{refused.message[:1].upper()}{refused.message[1:]}. Ask for a new token; "
                                        "until then the page shows what anyone may see."))
         status, headers = refused.status, dict(refused.headers)
-    page_request = parse_page_request(request.query_params)
     catalog = state.catalog  # this request's generation, whatever reloads happen meanwhile
+    publisher = publisher_of_request(request.scope)
+    try:
+        scope = reach_of(request.scope, catalog, caller.access_tags).names
+    except HTTPError as missing:
+        if as_json:
+            raise HTTPError(missing.status, missing.message, cache_headers(token)) from None
+        scope, status = frozenset(), status if status != 200 else missing.status  # a refused token's 401 first
+    page_request = parse_page_request(request.query_params, root_href(publisher))
     vectors, failures = {}, {}
-    for model in models_to_search(catalog, page_request, caller.grant):
+    for model in models_to_search(catalog, page_request, caller.grant, scope):
         index = catalog.models[model]
         try:
             vector = await state.embedders.embed_query(model, page_request.query)
@@ -85,6 +99,8 @@ async def home_page(request: Request) -> Response:
         notices=tuple(notices),
         token_presented=token is not None,
         projections=state.projections,
+        publisher=publisher,
+        scope=scope,
     )
 
     sign_in = state.sign_in.page() if state.sign_in is not None and not as_json else None
@@ -106,11 +122,12 @@ async def library_map(request: Request) -> Response:
     state = host_state(request)
     caller = request_caller(request)
     name = request.path_params["name"]
-    library = visible_library(state.catalog, name, caller.grant)
     headers = cache_headers(caller.token, revalidate=True)
+    scope = reach_of(request.scope, state.catalog, caller.access_tags, headers).names
+    library = visible_library(state.catalog, name, caller.grant, scope)
     if library is None:
         raise HTTPError(404, f"there is no library named {name!r:.80}", headers)
-    page_request = parse_page_request(request.query_params)
+    page_request = parse_page_request(request.query_params, root_href(publisher_of_request(request.scope)))
 
     def rendered() -> bytes:
         drawn = build_library_map(state.catalog, library, caller.grant, page_request, state.projections)

@@ -2,7 +2,9 @@
 
 The page never answers 400 for its query string: a value it cannot use becomes a notice that
 says what was used instead (a person typed it, or followed an old link). URLs are built here
-only, with `urlencode`, so every link the page shows round-trips through `parse_page_request`.
+only, with `urlencode`, so every link the page shows round-trips through `parse_page_request`, and
+under the page's own root: `/`, or `/p/{name}/` for a publisher's page (host/web/middleware/
+publisher_prefix.py), so a visitor following links stays under the prefix.
 """
 
 from __future__ import annotations
@@ -62,10 +64,11 @@ class PageRequest:
     budget: Budget = DEFAULT_BUDGET
     seed: int | None = None  # the random sample's seed: the same seed, the same sample
     mode: Mode = DEFAULT_MODE  # how a text query is ranked ("more like this" is by meaning, always)
+    root: str = "/"  # the page's own path: "/", or "/p/{name}/" (percent-encoded)
     notices: tuple[Notice, ...] = field(default=(), compare=False)
 
 
-def parse_page_request(params: Mapping[str, str]) -> PageRequest:
+def parse_page_request(params: Mapping[str, str], root: str = "/") -> PageRequest:
     notices: list[Notice] = []
     query = " ".join(params.get("q", "").split())  # one line, as a search box sends it
     if len(query) > MAX_QUERY_CHARACTERS:
@@ -80,7 +83,7 @@ def parse_page_request(params: Mapping[str, str]) -> PageRequest:
     library = params.get("library", "").strip() or None
     return PageRequest(query=query, like=None if query else like, library=library,
                        budget=_budget(params, notices), seed=_seed(params, notices), mode=_mode(params, notices),
-                       notices=tuple(notices))
+                       root=root, notices=tuple(notices))
 
 
 def _mode(params: Mapping[str, str], notices: list[Notice]) -> Mode:
@@ -157,4 +160,4 @@ def page_href(request: PageRequest | None = None, **changes: object) -> str:
         params.append(("seed", str(wanted.seed)))
     if wanted.mode != DEFAULT_MODE:
         params.append(("mode", wanted.mode))
-    return "/?" + urlencode(params) if params else "/"
+    return f"{wanted.root}?{urlencode(params)}" if params else wanted.root

@@ -63,10 +63,12 @@ function showTokenState(token) {
   document.getElementById("token-state").hidden = !token;
 }
 
-// A URL of this host's page (GET /), which the token may change: the only ones fetched with it.
+// A URL of one of this host's pages (GET /, or a publisher's GET /p/<name>/), which the token may
+// change: the only ones fetched with it.
 function pageUrl(href) {
   const url = new URL(href, location.href);
-  return url.origin === location.origin && url.pathname === "/" ? url : null;
+  const page = url.pathname === "/" || (url.pathname.startsWith("/p/") && url.pathname.endsWith("/"));
+  return url.origin === location.origin && page ? url : null;
 }
 
 let latest = 0; // only the last navigation's answer is shown

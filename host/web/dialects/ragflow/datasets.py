@@ -9,6 +9,8 @@ model checks them (code 101, its "Field: <...> - Message: <...> - Value: <...>" 
 Documents: `{"code": 0, "data": {"total": N, "docs": [document, ...]}}`, a dataset's documents in
 the order of their URLs, filtered by `id`, `ids`, `name` (a URL) or `keywords` (part of a URL).
 
+Under `/p/{name}/api/v1/`, the datasets are that name's libraries alone.
+
 Every count is over bits the caller may see (view.py); fields the host has no value for are left
 out rather than made up, except the few RAGFlow's own clients index directly (`description`).
 """
@@ -33,6 +35,7 @@ from host.web.dialects.ragflow.envelope import (
     success,
 )
 from host.web.dialects.ragflow.view import Dataset, visible_datasets
+from host.web.library_selection import reach_of
 from host.web.responses import cache_headers
 from host.web.state import host_state
 
@@ -57,7 +60,7 @@ async def list_datasets(request: Request) -> Response:
     for flag in ("desc", "include_parsing_status"):
         if flag in params and params[flag].lower() not in TRUE + FALSE:
             raise _invalid(flag, "Input should be a valid boolean", params[flag])
-    datasets = visible_datasets(host_state(request).catalog, caller.access_tags)
+    datasets = reachable_datasets(request, caller.access_tags)
     wanted = [value for given in params.getlist("ids") for value in given.split(",") if value.strip()]
     if "id" in params:
         wanted.append(params["id"])
@@ -74,6 +77,12 @@ async def list_datasets(request: Request) -> Response:
     shown = datasets[(page - 1) * page_size : page * page_size]
     return success([describe(dataset) for dataset in shown], cache_headers(caller.token, revalidate=True),
                    total_datasets=len(datasets))
+
+
+def reachable_datasets(request: Request, access_tags: frozenset[str]) -> list[Dataset]:
+    """The datasets a caller holding `access_tags` may see, within the request's `/p/{name}/` prefix."""
+    catalog = host_state(request).catalog
+    return visible_datasets(catalog, access_tags, reach_of(request.scope, catalog, access_tags))
 
 
 def describe(dataset: Dataset) -> dict[str, Any]:
@@ -102,8 +111,8 @@ def describe(dataset: Dataset) -> dict[str, Any]:
 async def list_documents(request: Request) -> Response:
     caller = request_caller(request)
     dataset_id = request.path_params["dataset_id"]
-    dataset = next((found for found in visible_datasets(host_state(request).catalog, caller.access_tags)
-                    if found.id == dataset_id), None)
+    dataset = next((found for found in reachable_datasets(request, caller.access_tags) if found.id == dataset_id),
+                   None)
     if dataset is None:
         raise RAGFlowError(DATA_ERROR, f"You don't own the dataset {dataset_id:.80}.")
     params = request.query_params

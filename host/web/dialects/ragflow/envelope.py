@@ -109,7 +109,8 @@ class RAGFlowEnvelope(DialectErrors):
         super().__init__(app, PREFIX, rewritten)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/" + PREFIX):  # RAGFlow("key", "http://host:port/")
+        if scope["type"] == "http" and not scope.get("root_path") and scope["path"].startswith("/" + PREFIX):
+            # RAGFlow("key", "http://host:port/"); under /p/{name}/ the prefix took the extra slash
             raw_path = scope.get("raw_path")
             scope = {**scope, "path": scope["path"][1:], "raw_path": raw_path[1:] if raw_path else raw_path}
         await super().__call__(scope, receive, send)

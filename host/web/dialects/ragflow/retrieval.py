@@ -5,6 +5,10 @@
      "highlight": false, "metadata_condition": {...}, "keyword": false, "rerank_id": null, ...}
     -> {"code": 0, "data": {"chunks": [...], "doc_aggs": [{"doc_name", "doc_id", "count"}], "total": N}}
 
+`dataset_ids` holds datasets' ids, as RAGFlow's clients send them, or library names: a library's or a
+folder's, selecting every library in it the caller may see (host/web/library_selection.py); under
+`/p/{name}/api/v1/`, only that name's.
+
 RAGFlow ranks by keywords and vectors together, the vectors weighing `vector_similarity_weight`
 (w). So does this door, through the host's one engine: the question is embedded with the
 datasets' model and `host.search.query.run_query` ranks the visible bits of the named datasets
@@ -28,8 +32,9 @@ question already counts on the keyword side.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -37,16 +42,19 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from host.catalog.selection import BadName
 from host.constraints import And, Compare, ConstraintError, Everything, Node, Or, parse_metadata_condition
 from host.constraints.words import fold, words
 from host.embedders.errors import EmbedderError
 from host.library.json_text import parse_json
 from host.search.engine import Selection
 from host.search.query import Query, run_query
+from host.store.compiled import CompiledLibrary
 from host.web.caller import request_caller
 from host.web.dialects.ragflow.envelope import ARGUMENT_ERROR, DATA_ERROR, RAGFlowError, ragflow_endpoint, success
 from host.web.dialects.ragflow.highlight import highlight
 from host.web.dialects.ragflow.view import INFO_KEYS, Dataset, visible_datasets
+from host.web.library_selection import NoSuchLibrary, choose, reach_of
 from host.web.query_args import MAX_QUERY_CHARACTERS
 from host.web.responses import cache_headers
 from host.web.state import host_state
@@ -78,7 +86,9 @@ async def retrieval(request: Request) -> Response:
     caller = request_caller(request)
     body = request_body(await request.body())
     catalog = state.catalog
-    chosen = chosen_datasets(body, {dataset.id: dataset for dataset in visible_datasets(catalog, caller.access_tags)})
+    reach = reach_of(request.scope, catalog, caller.access_tags)
+    chosen = chosen_datasets(body, visible_datasets(catalog, caller.access_tags, reach),
+                             partial(choose, catalog, caller.access_tags, reach))
     if "question" not in body:
         raise RAGFlowError(DATA_ERROR, "`question` is required.")
     question = body["question"] if body["question"] is not None else ""
@@ -119,22 +129,36 @@ def request_body(raw: bytes) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
-def chosen_datasets(body: Mapping[str, Any], visible: Mapping[str, Dataset]) -> list[Dataset]:
-    """The datasets named, in RAGFlow's order of checks and words. One the caller may not see is
-    refused exactly as one that does not exist."""
+def chosen_datasets(body: Mapping[str, Any], visible: Sequence[Dataset],
+                    select: Callable[[list[str], str], list[CompiledLibrary]]) -> list[Dataset]:
+    """The datasets named, in RAGFlow's order of checks and words: each a dataset's id, or a library's
+    or a folder's name (`select`, host/web/library_selection.py `choose`). One the caller may not see
+    is refused exactly as one that does not exist."""
     if not body.get("dataset_ids"):
         raise RAGFlowError(DATA_ERROR, "`dataset_ids` is required.")
     named = body["dataset_ids"]
     if not isinstance(named, list):
         raise RAGFlowError(DATA_ERROR, "`dataset_ids` should be a list")
-    chosen = []
+    by_id = {dataset.id: dataset for dataset in visible}
+    by_name = {dataset.library.name: dataset for dataset in visible}
+    chosen: dict[str, Dataset] = {}
     for dataset_id in dict.fromkeys(str(item) for item in named):
-        if dataset_id not in visible:
-            raise RAGFlowError(DATA_ERROR, f"You don't own the dataset {dataset_id:.80}.")
-        chosen.append(visible[dataset_id])
-    if len({dataset.index.model for dataset in chosen}) > 1:
+        if dataset_id in by_id:
+            chosen.setdefault(dataset_id, by_id[dataset_id])
+            continue
+        try:
+            libraries = select([dataset_id], "dataset id or library name in dataset_ids")
+        except BadName as problem:
+            raise RAGFlowError(ARGUMENT_ERROR, str(problem)) from None
+        except NoSuchLibrary:
+            raise RAGFlowError(DATA_ERROR, f"You don't own the dataset {dataset_id:.80}.") from None
+        for library in libraries:
+            dataset = by_name[library.name]
+            chosen.setdefault(dataset.id, dataset)
+    chosen_list = list(chosen.values())
+    if len({dataset.index.model for dataset in chosen_list}) > 1:
         raise RAGFlowError(DATA_ERROR, "Datasets use different embedding models.")
-    return chosen
+    return chosen_list
 
 
 def parse_options(body: Mapping[str, Any]) -> Options:

@@ -31,6 +31,7 @@ from host.catalog.generations import Catalog
 from host.catalog.model_index import ModelIndex
 from host.constraints.value_index import ValueIndex
 from host.store.compiled import CompiledLibrary, text_index_of
+from host.web.library_selection import Reach
 
 INFO_KEYS = ("url", "title", "description", "image_url")
 
@@ -116,12 +117,15 @@ class Dataset:
         return {key: info[key] for key in INFO_KEYS if isinstance(info, dict) and isinstance(info.get(key), str)}
 
 
-def visible_datasets(catalog: Catalog, access_tags: frozenset[str]) -> list[Dataset]:
-    """The libraries this caller may see a bit of, in the catalog's (path) order."""
+def visible_datasets(catalog: Catalog, access_tags: frozenset[str], reach: Reach | None = None) -> list[Dataset]:
+    """The libraries this caller may see a bit of (within `reach`: a `/p/{name}/` prefix's), in the
+    catalog's (path) order."""
     found: dict[str, Dataset] = {}
     for index in catalog.models.values():
         mask = index.visible_rows(access_tags)
         for position, library in enumerate(index.libraries):
+            if reach is not None and not reach.holds(library.name):
+                continue
             start, stop = int(index.offsets[position]), int(index.offsets[position + 1])
             visible = np.ones(stop - start, dtype=bool) if mask is None else mask[start:stop]
             if visible.any():
