@@ -40,6 +40,9 @@ def result_header(index: ModelIndex, selection: Selection, omit: Omit, *, restri
         details["counts"]["restricted"] = selection.restricted
     if restricted_message and selection.restricted:
         details["message"] = RESTRICTED_PREFIX + restricted_message
+    if selection.best_score is not None:
+        # The best bit's rank score, kept by a threshold or not: "how sure" without a second call.
+        details["best_score"] = selection.best_score
     if selection.notes:
         details["notes"] = list(selection.notes)
     return {

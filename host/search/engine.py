@@ -73,7 +73,8 @@ class Selection:
     restricted: int  # bits held back from this caller (computed only when asked)
     ranks: np.ndarray | None = None  # float64 rank scores (BM25, fused) when the order is not by similarity
     notes: tuple[str, ...] = ()  # what the caller should know of how the answer was made
-    keyword_scores: np.ndarray | None = None  # hybrid: each bit's keyword score normalized over the pool, 0-1
+    keyword_scores: np.ndarray | None = None  # hybrid: each bit's keyword score, 0-1 (search/keywords.py)
+    best_score: float | None = None  # the best rank score found, kept by the thresholds or not (None: nothing found)
 
 
 def similarities(index: ModelIndex, query: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

@@ -14,6 +14,22 @@ a query (a constraint, a library list) never changes a score either: it only mas
 
 At most MOST_TERMS distinct terms are kept, the rarest first (the common ones weigh least), so a
 query of ten thousand words costs what one of MOST_TERMS does; the answer says so in a note.
+
+A raw BM25 score grows with the query: it is a sum over its terms. What the doors show is the
+keyword score on a 0-1 scale that means the same in every query (`keyword_score`):
+
+    min(1, BM25 / |w|)        |w| = the Euclidean norm of the query's weights, over every term it
+                              says (one no visible bit holds weighs as a term held by none: df 0)
+
+BM25 is the dot product of the query's weights w with the bit's saturations s (each below 1),
+so BM25 / |w| is how far the bit's keywords reach along the query. A one-word query scores the
+word's saturation in the bit (0.45 for once in a bit of average length, 0.71 for three times); a
+long question's best bit holds a few of its words strongly and scores as much. Dividing by the
+sum of the weights instead (the bound no bit reaches short of holding every word) shrank a
+question's best score with its length (as n^-0.5 to n^-0.7 on CISI and CACM), so a fixed threshold
+kept long questions about nothing and turned away short ones about something. A word the library
+does not hold counts with the highest idf: a question about what it does not hold scores low.
+Measured in docs/quality.md (scripts/bench_quality.py).
 """
 
 from __future__ import annotations
@@ -50,6 +66,7 @@ class Weighted:
     notes: tuple[str, ...] = ()
     postings: int = 0  # the visible bits holding each term, summed: what a search would read at most
     said: int = 0  # distinct terms the query said, held by a visible bit or not
+    norm: float = 0.0  # |w|: the Euclidean norm of the weights of every term said (`keyword_score`)
 
     @property
     def empty(self) -> bool:
@@ -92,8 +109,18 @@ def _weighed(index: ModelIndex, text: str, granted: frozenset[str]) -> Weighted:
     weights = np.array([said[term] * idf(visible_rows, frequency[term]) for term in terms], dtype=np.float64)
     average = visible_length / visible_rows if visible_rows else 1.0
     per_library = tuple(tuple(numbers[term][position] for term in terms) for position in range(len(libraries)))
+    # Every term said, the held ones past MOST_TERMS and the unheld ones too: the query's own size.
+    norm = math.sqrt(sum((said[term] * idf(visible_rows, frequency[term])) ** 2 for term in said))
     return Weighted(terms, weights, per_library, average or 1.0, tuple(notes), sum(frequency[term] for term in terms),
-                    len(said))
+                    len(said), norm)
+
+
+def keyword_score(weighted: Weighted, bm25: np.ndarray) -> np.ndarray:
+    """BM25 scores on the 0-1 scale every door shows: min(1, BM25 / |w|) (see the module docstring)."""
+    if weighted.norm <= 0:
+        return np.zeros(len(bm25), dtype=np.float64)
+    normalized: np.ndarray = np.minimum(1.0, np.asarray(bm25, dtype=np.float64) / weighted.norm)
+    return normalized
 
 
 def idf(documents: int, frequency: int) -> float:
@@ -153,19 +180,33 @@ def keyword_scores(index: ModelIndex, weighted: Weighted, rows: Sequence[int] | 
     return scores
 
 
+@dataclass(frozen=True)
+class KeywordRanking:
+    """Rows best first, their keyword scores (0-1), the first bit's cut, and the best score found
+    before any threshold (None: no visible bit holds a term)."""
+
+    rows: np.ndarray
+    scores: np.ndarray
+    cut_to: int | None
+    best: float | None
+
 
 def rank_keywords(index: ModelIndex, weighted: Weighted, allowed: np.ndarray | None, count: int, count_type: CountType,
                   keep: Callable[[np.ndarray], np.ndarray] | None = None,
-                  score_threshold: float | None = None) -> tuple[np.ndarray, np.ndarray, int | None]:
-    """The rows that fill the budget by BM25, best first, their scores and the first bit's cut.
+                  score_threshold: float | None = None) -> KeywordRanking:
+    """The rows that fill the budget by BM25, best first, with their keyword scores (`keyword_score`).
 
     Only rows holding a term are ranked: a keyword query returns nothing it does not match.
     `keep` (rows -> bool mask) drops rows the caller's other conditions refuse (a similarity
     threshold) before the budget sees them; the list ends at the first score below `score_threshold`.
     """
     k = count if count_type == "bit" else FIRST_GUESS_FOR_TOKENS
+    best = None
     while True:
-        rows, scores = keyword_top(index, weighted, k, allowed)
+        rows, found = keyword_top(index, weighted, k, allowed)
+        scores = keyword_score(weighted, found)  # BM25's order: min(1, x / |w|) never reorders
+        if best is None and len(scores):
+            best = float(scores[0])
         exhausted = len(rows) < k
         if score_threshold is not None and len(scores) and scores[-1] < score_threshold:
             above = int(np.count_nonzero(scores >= score_threshold))
@@ -175,5 +216,5 @@ def rank_keywords(index: ModelIndex, weighted: Weighted, allowed: np.ndarray | N
             rows, scores = rows[kept], scores[kept]
         taken, cut_to = apply_budget(index.token_counts[rows], count, count_type)
         if exhausted or taken < len(rows) or (count_type == "bit" and taken >= count):
-            return rows[:taken], scores[:taken], cut_to
+            return KeywordRanking(rows[:taken], scores[:taken], cut_to, best)
         k *= GROWTH

@@ -57,8 +57,9 @@ from host.store.summary import RunningSummary, public_rows
 from host.store.text_process import TAGS as FILE_TAGS
 from host.store.text_process import TextIndexer
 
-STORE_FORMAT = 10  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json; 6: clustered layout; 7: this writer, codes;
-# 8: the public digest taken column by column (host/store/summary.py); 9: keyword postings (host/keywords); 10: in file order
+STORE_FORMAT = 11  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json; 6: clustered layout; 7: this writer, codes;
+# 8: the public digest taken column by column (host/store/summary.py); 9: keyword postings (host/keywords); 10: in file order;
+# 11: NLTK's English stop words (host/keywords/analyzer.py)
 ROW_BLOCK = 4096  # rows copied at a time when writing a permuted matrix (no second full copy)
 RECORD_BLOCK_BYTES = 1 << 20  # records rewritten at a time, at most
 RECORDS_WHOLE_SHARE = 8  # records.bin is read whole for its rewrite up to 1/8 of the vectors' size...

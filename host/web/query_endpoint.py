@@ -166,6 +166,8 @@ async def answer(
                               count_restricted=restricted_count or bool(restricted_message), search=search)
         if notes:
             selection = replace(selection, notes=(*notes, *selection.notes))
+        if key is None:
+            selection = replace(selection, best_score=None)  # a random sample: no question to be sure of
         binary = form == "msgpack"
         estimate = estimated_answer_bytes(index, selection, omit, binary_embeddings=binary)
         check_answer_size(estimate, limit)

@@ -16,11 +16,11 @@ one constraint engine (host/constraints/attribute_filter.py). Ranking is hybrid,
 search is (meaning and keywords fused): `ranking_options.hybrid_search` `{"embedding_weight",
 "text_weight"}` (both, as OpenAI's file search tool documents them: weights of a fusion of the two
 rankings) set the keywords' share, `text_weight / (embedding_weight + text_weight)`, 0.5 without
-them; the score is the fused rank score (0-1, passages.py) and `ranking_options.score_threshold`
-(0-1) the least score kept. `ranking_options.ranker` (`auto`, `default-2024-11-15`, or `none`:
-OpenAI's re-ranking on or off) and `rewrite_query` are accepted and change nothing: this host has
-no re-ranking model and rewrites nothing. A result's
-file is the bits of the library sharing its URL (the document RAGFlow's dialect lists: `file_id`
+them; the score is the fused rank score (0-1, the same in every question: passages.py) and
+`ranking_options.score_threshold` (0-1) the least score kept: above the best one's, `data` is
+empty. `ranking_options.ranker` (`auto`, `default-2024-11-15`, or `none`: OpenAI's re-ranking on
+or off) and `rewrite_query` are accepted and change nothing: this host has no re-ranking model and
+rewrites nothing. A result's file is the bits of the library sharing its URL (the document RAGFlow's dialect lists: `file_id`
 is "file-" and that document's id), `filename` its URL, `attributes` the bit's info fields with
 its library, bit_id and token_count.
 

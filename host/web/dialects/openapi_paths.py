@@ -48,7 +48,7 @@ _CHUNK = {"type": "object", "required": ["id", "content", "document_id", "datase
                    "1 - w (POST /'s score), 0-1; the cosine when a question of stop words was ranked by meaning"},
     "vector_similarity": {"type": "number", "description": "the cosine similarity POST / reports"},
     "term_similarity": {"type": "number", "minimum": 0, "maximum": 1,
-                        "description": "the keyword (BM25) side of the fusion, normalized over the candidates"},
+                        "description": "the keyword side of the fusion: min(1, BM25 / the question's norm)"},
     "highlight": {"type": "string", "description": "with highlight: sentences holding question words, in <em>"},
     "document_metadata": {"type": "object", "description": "with include_metadata: the bit's info fields"},
 }}
@@ -67,7 +67,8 @@ _RETRIEVAL_REQUEST = {"type": "object", "required": ["dataset_ids", "question"],
     "page": {"type": "integer", "minimum": 1, "default": 1},
     "page_size": {"type": "integer", "minimum": 1, "maximum": 100, "default": 30},
     "similarity_threshold": {"type": "number", "default": 0.2,
-                             "description": "the least similarity (the fused score) a chunk keeps; void when w is 0"},
+                             "description": "the least similarity (the fused score, 0-1, the same in every question) "
+                                            "a chunk keeps; void when w is 0"},
     "vector_similarity_weight": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.3,
                                  "description": "w, the vectors' share: ranked hybrid with keyword_weight 1 - w"},
     "top_k": {"type": "integer", "minimum": 1, "default": 1024},

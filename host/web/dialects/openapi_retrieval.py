@@ -13,9 +13,10 @@ _BEARER = {"name": "Authorization", "in": "header", "required": False, "schema":
 _NULLABLE_INT = {"type": "integer", "nullable": True}
 
 _RANK_SCORE = {"type": "number", "minimum": 0, "maximum": 1,
-               "description": "the rank score: hybrid ranking's fused score (POST /'s score), relative to the question's "
-                              "candidates (the best by both meaning and keywords scores 1); the similarity when a "
-                              "question of stop words alone was ranked by meaning"}
+               "description": "the rank score (POST /'s score), the same in every question: hybrid ranking's fused "
+                              "score (1 - w) * similarity + w * keyword score; the similarity in vector mode or when "
+                              "a question of stop words alone was ranked by meaning; the keyword score "
+                              "min(1, BM25 / the question's norm) in keyword mode"}
 _DIFY_ERROR = {"type": "object", "required": ["error_code", "error_msg"], "properties": {
     "error_code": {"type": "integer", "description": "1001 a malformed Authorization header, 1002 a refused token, "
                                                      "2001 no such knowledge base; else the HTTP status"},
@@ -26,7 +27,9 @@ _DIFY_REQUEST = {"type": "object", "required": ["knowledge_id", "query", "retrie
     "retrieval_setting": {"type": "object", "required": ["top_k", "score_threshold"], "properties": {
         "top_k": {"type": "integer", "minimum": 1},
         "score_threshold": {"type": "number", "minimum": 0, "maximum": 1,
-                            "description": "the least score (the fused rank score) a record keeps; 0 keeps every one"}}},
+                            "description": "the least score a record keeps, in every mode; 0 keeps every one. "
+                                           "0.4 kept at least 92% of answers to real questions and turned away "
+                                           "at least 88% about something else (all-MiniLM-L6-v2; docs/quality.md)"}}},
     "metadata_condition": {"type": "object", "nullable": True, "description": "Dify's: {logical_operator, conditions: "
                            "[{name, comparison_operator, value}]} over title, url, description, image_url, library, text"},
 }}
@@ -64,7 +67,9 @@ _SEARCH_REQUEST = {"type": "object", "required": ["query"], "properties": {
         "ranker": {"type": "string", "enum": ["auto", "none", "default-2024-11-15"],
                    "description": "accepted; this host has no re-ranking model"},
         "score_threshold": {"type": "number", "minimum": 0, "maximum": 1,
-                            "description": "the least score (the fused rank score) a result keeps"},
+                            "description": "the least score a result keeps; above the best one's, data is empty. "
+                                           "0.4 kept at least 92% of answers to real questions and turned away "
+                                           "at least 88% about something else (all-MiniLM-L6-v2; docs/quality.md)"},
         "hybrid_search": {"type": "object", "required": ["embedding_weight", "text_weight"], "description":
                           "the keywords' share of the fused score is text_weight / (embedding_weight + text_weight); "
                           "0.5 without these", "properties": {

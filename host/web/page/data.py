@@ -128,6 +128,7 @@ class PageData:
     libraries: tuple[LibraryView, ...]  # a publisher's libraries; the whole host's outside any folder
     sections: tuple[Section, ...]
     map: LibraryMap | None = None
+    score_threshold: float | None = None  # a text search shows only bits scoring at least this
     root: str = "/"  # the page's own path: "/", or "/p/<name>/" for a publisher's page
     publisher: str | None = None  # the name of a publisher's page (/p/<name>/)
     publishers: tuple[PublisherView, ...] = ()  # the whole host's page: its folders of libraries
@@ -233,6 +234,7 @@ def build_page(inputs: PageInputs) -> PageData:
         library=library.name if library is not None else None,
         budget=request.budget,
         mode=request.mode,
+        score_threshold=request.score_threshold,
         search_available=bool(models),
         search_note=None if searchable or not models else NO_TEXT_SEARCH,
         caller=CallerView(grant.subject, tuple(sorted(grant.access_tags))) if grant.subject is not None else None,
@@ -355,9 +357,14 @@ class _SectionBuilder:
                 mode: Mode = "vector") -> Section:
         budget = self.request.budget
         text = self.request.query if mode != "vector" else None
-        query = Query(vector, budget.count, budget.count_type, libraries=self.only, text=text, mode=mode)
+        threshold = self.request.score_threshold if self.request.query else None  # a text search's
+        query = Query(vector, budget.count, budget.count_type, libraries=self.only, text=text, mode=mode,
+                      score_threshold=threshold)
         selection = run_query(index, query, self.inputs.grant, self.inputs.policy)
         self.notices.extend(Notice("info", _sentence(note)) for note in selection.notes)
+        if threshold is not None and not len(selection.rows) and selection.best_score is not None:
+            self.notices.append(Notice("info", f"Nothing in {index.model} scores {threshold:.2f} or more for this "
+                                               f"search: its best bit scores {selection.best_score:.2f}."))
         rows = selection.rows
         if len(rows) > MAX_BITS:
             self.notices.append(Notice("info", f"The page shows the first {MAX_BITS} of the {len(rows):,} bits "
@@ -377,7 +384,7 @@ class _SectionBuilder:
         those holding a keyword in one by keywords (asked for one bit more to know)."""
         if shown >= self._visible_count(index):
             return False
-        if query.mode != "keyword":
+        if query.mode != "keyword" and query.score_threshold is None:
             return True
         one_more = replace(query, count=shown + 1, count_type="bit")
         return len(run_query(index, one_more, self.inputs.grant, self.inputs.policy).rows) > shown

@@ -16,9 +16,10 @@ datasets' model and `host.search.query.run_query` ranks the visible bits of the 
 hybrid mode with `keyword_weight = 1 - w`, keeping the best `top_k` bits whose fused score reaches
 the threshold (no threshold when w is 0, as RAGFlow). A chunk's scores, as RAGFlow names them:
 
-    similarity         the fused rank score (POST /'s `score`), 0-1
+    similarity         the fused rank score (POST /'s `score`), 0-1, the same in every question: a
+                       `similarity_threshold` above the best chunk's keeps none
     vector_similarity  the cosine similarity POST / reports
-    term_similarity    the keyword (BM25) side of the fusion, normalized 0-1 over the candidates
+    term_similarity    the keyword side of the fusion, min(1, BM25 / the question's norm), 0-1
 
 (a question of stop words alone is ranked by meaning: its similarity is then the cosine and its
 term_similarity 0). `total` and `doc_aggs` count the kept list; `page` and `page_size` cut the
