@@ -41,6 +41,7 @@ from host.web.middleware import (
     AccessLog,
     CrossOrigin,
     DialectErrors,
+    IssuerKeysReady,
     PolymathLinkHeader,
     PublisherPrefix,
     RateLimit,
@@ -50,7 +51,6 @@ from host.web.middleware import (
     TokensOutOfURLs,
     parse_cors_origins,
 )
-from host.web.middleware.issuer_keys import IssuerKeysReady
 from host.web.middleware.link_header import polymath_link
 from host.web.middleware.publisher_prefix import route_path
 from host.web.middleware.security_headers import SECURITY_HEADERS
