@@ -42,7 +42,6 @@ from array import array
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -246,7 +245,7 @@ class StoreWriter:
             "max_norm": summary.largest_norm,
             "clusters": 0 if layout is None else layout.clusters,
             "keywords": {"language": language},
-            "members": [member.to_meta() for member in members],
+            "members": msgspec.to_builtins(members),
         }
         write_synced(folder / "meta.json", lambda handle: handle.write(json.dumps(meta).encode()))
         return members
@@ -258,7 +257,7 @@ class StoreWriter:
             counts = np.bincount(tag_ids[member.first : member.stop], minlength=len(tags))
             tag_rows = {tags[tag]: int(rows) for tag, rows in enumerate(counts.tolist()) if rows}
             message = (member.details or {}).get("message")
-            finished.append(replace(member, tag_rows=tag_rows,
+            finished.append(msgspec.structs.replace(member, tag_rows=tag_rows,
                                     public_digest=self._summary.public_digest(message, number)))
         return finished
 
