@@ -16,8 +16,8 @@ from host.library.format import parse_library
 from host.search.batching import BATCHER
 from host.search.query import SearchPolicy
 from host.store.compiled import SourceKey, file_sha256, open_segment, write_compiled
-from host.web.query_args import QueryArgs, parse_query_args
 from host.web import query_endpoint
+from host.web.query_args import QueryArgs, parse_query_args
 from host.web.query_endpoint import INLINE_BITS, INLINE_TOKENS, runs_inline
 
 
