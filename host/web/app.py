@@ -91,7 +91,8 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
     sources = sources or open_sources(settings)
     settings = sources.settings
     if catalog is None:
-        catalog = load_catalog(sources.root, cache_dir=sources.compiled_dir, max_bytes=settings.max_library_bytes)
+        catalog = load_catalog(sources.root, cache_dir=sources.compiled_dir, max_bytes=settings.max_library_bytes,
+                           digests=sources.digests())
     if sources.replica is not None:
         sources.replica.serving = sources.replica.current()  # what the catalog was just loaded from
     if embedders is None:
@@ -186,7 +187,7 @@ def embedders_for(settings: Settings, catalog: Catalog) -> Embedders:
 
 def memory_line(state: HostState, *, with_embedder: bool) -> str:
     """What this serving process costs in memory of its own, and what it shares with every other worker."""
-    shared = sum(mapped_bytes(library) for library in state.catalog.libraries)
+    shared = sum(mapped_bytes(segment) for segment in state.catalog.segments)
     return (f"process {os.getpid()} serving: {own_memory() / 2**20:,.0f} MiB of memory of its own (anonymous "
             f"memory and page tables{', with its embedder' if with_embedder else ''}); the libraries' "
             f"{shared / 2**20:,.0f} MiB of memory maps are shared by every worker")

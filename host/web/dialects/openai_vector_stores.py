@@ -162,7 +162,8 @@ def describe(store: Dataset) -> dict[str, Any]:
     """A library as OpenAI's VectorStore object, from the bits this caller may see of it."""
     library, rows = store.library, store.visible_rows
     files = len(store.documents.values)
-    usage = int((library.record_offsets[rows + 1] - library.record_offsets[rows]).sum())
+    offsets = store.segment.record_offsets
+    usage = int((offsets[rows + 1] - offsets[rows]).sum())
     return {
         "id": library.name, "object": "vector_store", "created_at": 0, "name": library.name, "usage_bytes": usage,
         "file_counts": {"in_progress": 0, "completed": files, "failed": 0, "cancelled": 0, "total": files},
