@@ -24,7 +24,7 @@ import httpx
 import psutil
 import pytest
 from conftest import RunningHost, start_host, stop_host
-from librarian import TEST_MODEL, b64, make_library, unit_vectors, write_library
+from librarian import TEST_MODEL, b64, make_library, segment_folder, unit_vectors, write_library
 
 VECTORS = unit_vectors(10, dimension=8, seed=21)
 
@@ -180,7 +180,7 @@ def test_the_compiled_cache_deleted_under_load_does_not_stop_service(two_workers
         time.sleep(0.3)
 
     assert load.outcomes and load.failures == []
-    assert (folder / ".compiled" / "after" / "meta.json").exists()
+    assert (segment_folder(folder / ".compiled", "after") / "meta.json").exists()
     # Every worker has it (new connections reach both).
     assert all(httpx.get(f"{host.url}/libraries/after.json").status_code == 200 for _ in range(6))
 

@@ -67,8 +67,9 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> ModelIndex:
 
 
 def texts_and_titles(index: ModelIndex) -> tuple[list[str], list[str], list[str]]:
-    records = [library.record(row) for library in index.libraries for row in range(library.bit_count)]
-    ids = [library.bit_id(row) for library in index.libraries for row in range(library.bit_count)]
+    located = [index.locate(row) for row in range(index.bit_count)]
+    records = [segment.record(local) for segment, local in located]
+    ids = [segment.bit_id(local) for segment, local in located]
     return [record["text"] for record in records], [record["info"].get("title", "") for record in records], ids
 
 
@@ -190,7 +191,7 @@ def test_hybrid_ranks_every_pool_bit_by_the_fused_score_and_reports_its_similari
     selection = ask(public, "Jonah fish", "hybrid")
     texts, titles, _ = texts_and_titles(public)
     keyword = keyword_scores(texts, titles, [True] * 10, "Jonah fish")
-    similarity = exact_dot_products(np.concatenate([lib.embeddings for lib in public.libraries]), vector)
+    similarity = exact_dot_products(public.gather(np.arange(public.bit_count)), vector)
     fused = fuse(similarity, np.array([keyword.get(row, 0.0) for row in range(10)]), 0.5)  # the pool: every bit
     expected = sorted(range(10), key=lambda row: (-fused[row], -similarity[row], row))
     assert selection.rows.tolist() == expected
@@ -304,3 +305,22 @@ def test_keywords_no_visible_bit_holds_are_told_apart_from_none_at_all(mixed: Mo
     assert ask(mixed, "whale", mode).notes == (f"no bit you may see holds a keyword of the query: {then}",)  # a draft's
     assert ask(mixed, "to be or not", mode).notes == (
         f"the query has no keyword (only stop words or punctuation): {then}",)
+
+
+@pytest.mark.parametrize("mode", ["keyword", "hybrid"])
+def test_one_library_chosen_among_many_is_ranked_as_the_postings_would_rank_it(
+        tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chosen library's few rows are scored one by one: the same rows and scores as the postings give."""
+    from host.search import keywords
+
+    for number in range(5):
+        write_library(tmp_path / f"writer{number}.json", library(PUBLIC_TEXTS, 10 + number))
+    (index,) = load_catalog(tmp_path).models.values()
+    assert len(index.segments) == 1 and len(index.libraries) == 5
+    question = "great fish Nineveh LORD"
+    chosen = ask(index, question, mode, libraries=frozenset({"writer3"}))
+    monkeypatch.setattr(keywords, "SUBSET_ROWS", 0)  # the postings of the whole model, masked
+    through_postings = ask(index, question, mode, libraries=frozenset({"writer3"}))
+    assert chosen.rows.tolist() == through_postings.rows.tolist() and len(chosen.rows)
+    assert chosen.ranks.tolist() == through_postings.ranks.tolist()
+    assert {index.library_of(row).name for row in chosen.rows.tolist()} == {"writer3"}

@@ -15,7 +15,7 @@ from host.catalog.model_index import ModelIndex
 from host.library.format import parse_library
 from host.search.batching import BATCHER
 from host.search.query import SearchPolicy
-from host.store.compiled import SourceKey, file_sha256, open_compiled, write_compiled
+from host.store.compiled import SourceKey, file_sha256, open_segment, write_compiled
 from host.web.query_args import QueryArgs, parse_query_args
 from host.web.query_endpoint import INLINE_BITS, INLINE_TOKENS, runs_inline
 
@@ -25,7 +25,7 @@ def compiled_index(folder: Path, bits: int, dimension: int, cluster_from: int) -
     stat = path.stat()
     key = SourceKey(size=stat.st_size, mtime_ns=stat.st_mtime_ns, sha256=file_sha256(path))
     write_compiled(parse_library(json.loads(path.read_text())), folder / "compiled", key, "lib", cluster_from=cluster_from)
-    return ModelIndex.build((open_compiled(folder / "compiled", path),))
+    return ModelIndex.of_segments((open_segment(folder / "compiled"),))
 
 
 def arguments(**fields: object) -> QueryArgs:

@@ -157,7 +157,7 @@ class _SignCodeScan:
         self.query = query
         self.oversample = oversample
         self.margin = rounding_margin(index.dimension, index.max_norm, query)
-        self.distances = np.concatenate([hamming_distances(lib.sign_codes, query) for lib in index.libraries])
+        self.distances = np.concatenate([hamming_distances(lib.sign_codes, query) for lib in index.segments])
 
     def fill(self, mask: np.ndarray | None, count: int, count_type: CountType, threshold: float | None,
              counts: np.ndarray | None = None) -> Filled:

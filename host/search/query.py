@@ -218,8 +218,6 @@ def narrowing_mask(index: ModelIndex, query: Query) -> np.ndarray | None:
     mask = None if query.constraint is None else constraint_mask(query.constraint, index)
     if query.libraries is not None:
         chosen = np.zeros(index.bit_count, dtype=bool)
-        for position, library in enumerate(index.libraries):
-            if library.name in query.libraries:
-                chosen[index.offsets[position] : index.offsets[position + 1]] = True
+        chosen[index.library_rows(index.positions_of(query.libraries))] = True
         mask = chosen if mask is None else mask & chosen
     return mask

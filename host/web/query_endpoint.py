@@ -107,6 +107,15 @@ def model_and_libraries(scope: Scope, catalog: Catalog, args: QueryArgs, caller:
     return catalog.models[model], frozenset(library.name for library in chosen if library.embedding_model == model)
 
 
+def publisher_of(catalog: Catalog, libraries: frozenset[str] | None) -> str | None:
+    """The publisher folder holding every library of an answer narrowed to `libraries`, if one does
+    (its access file's `restricted` signals are then the answer's: host/web/access_rules.py)."""
+    if not libraries:
+        return None
+    scopes = {library.scope for name in libraries if (library := catalog.library(name)) is not None}
+    return scopes.pop() if len(scopes) == 1 else None
+
+
 def check_answer_size(size: int, limit: int) -> None:
     if size > limit:
         raise bad_request(f"this answer would be about {size:,} bytes, over this host's {limit:,}-byte limit: "
@@ -134,7 +143,7 @@ async def answer(
     `libraries` narrows the answer to those libraries (the MCP tool's `library`). With
     `stream_large`, a JSON answer of more than STREAM_FROM_BYTES comes as pieces rendered as they
     are sent (and is not cached): a client reading slowly then holds a few bits, not the answer."""
-    restricted_count, restricted_message = state.access.restricted_count, state.access.restricted_message
+    restricted_count, restricted_message = state.access.restricted_for(publisher_of(catalog, libraries))
     key = None  # a random sample is different every time: never cached
     mode: Mode = args.effective_mode
     notes: tuple[str, ...] = ()

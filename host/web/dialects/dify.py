@@ -38,12 +38,12 @@ from typing import Any, TypeGuard
 from starlette.requests import Request
 from starlette.responses import Response
 
+from host.catalog.libraries import Library
 from host.catalog.selection import BadName
 from host.constraints import ConstraintError, Everything, parse_dify_condition
 from host.library.json_text import parse_json
 from host.search.fusion import DEFAULT_KEYWORD_WEIGHT
 from host.search.query import MODES, Mode
-from host.store.compiled import CompiledLibrary
 from host.web.caller import Caller, request_caller
 from host.web.dialects.passages import Passage, find_passages
 from host.web.errors import HTTPError
@@ -130,7 +130,7 @@ def request_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def knowledge(request: Request, state: HostState, caller: Caller, knowledge_id: Any) -> list[CompiledLibrary]:
+def knowledge(request: Request, state: HostState, caller: Caller, knowledge_id: Any) -> list[Library]:
     """The libraries `knowledge_id` selects (a name, or several separated by commas, each a library's or
     a folder's), all visible to the caller, within the request's prefix."""
     names = [part.strip() for part in knowledge_id.split(",") if part.strip()] if isinstance(knowledge_id, str) else []

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+# What Python's str.strip() removes (the host trims text arguments with it), as a regular expression class:
+# `\s` of the document's readers may not agree with Python on \x1c-\x1f and the like.
+SPACE = "[\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
+NOT_SPACE = "[^" + SPACE[1:]  # a character str.strip() keeps
+
 _BEARER = {"name": "Authorization", "in": "header", "required": False, "schema": {"type": "string"},
            "description": "Bearer <access token> (what RAGFlow(api_key=...) sends); none or empty: public bits only"}
 _NULL = {"enum": [None]}
@@ -99,10 +104,18 @@ def _query(name: str, schema: dict[str, Any], description: str = "") -> dict[str
     return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
 
 
-_PAGES = [_query("page", {"type": "integer", "minimum": 1, "default": 1}),
-          _query("page_size", {"type": "integer", "minimum": 1, "default": 30})]
+def _pages(largest: int) -> list[dict[str, Any]]:
+    return [_query("page", {"type": "integer", "minimum": 1, "default": 1}),
+            _query("page_size", {"type": "integer", "minimum": 1, "maximum": largest, "default": 30})]
 
 _JSON_RPC = {"type": "object", "description": "a JSON-RPC 2.0 message of the Model Context Protocol"}
+_JSON_RPC_SENT = {
+    "type": "object", "required": ["jsonrpc", "method"],
+    "description": "a JSON-RPC 2.0 request (with an id: a string or an integer) or notification (without) of the "
+                   "Model Context Protocol; its methods and their params are the protocol's (an unknown method is a "
+                   "JSON-RPC error in a 200 answer)",
+    "properties": {"jsonrpc": {"type": "string", "enum": ["2.0"]}, "id": {},
+                   "method": {"type": "string"}, "params": {"type": "object", "nullable": True}}}
 
 PATHS: dict[str, Any] = {
     "/api/v1/retrieval": {"post": {
@@ -115,7 +128,7 @@ PATHS: dict[str, Any] = {
     }},
     "/api/v1/datasets": {"get": {
         "summary": "RAGFlow's dataset list: the libraries this caller may see",
-        "parameters": [_BEARER, *_PAGES, _query("id", {"type": "string"}), _query("name", {"type": "string"}),
+        "parameters": [_BEARER, *_pages(100), _query("id", {"type": "string"}), _query("name", {"type": "string"}),
                        _query("orderby", {"type": "string", "enum": ["create_time", "update_time"]}),
                        _query("desc", {"type": "boolean"})],
         "responses": {"200": _answer("Datasets, or RAGFlow's error envelope", {"type": "array", "items": _DATASET},
@@ -125,7 +138,7 @@ PATHS: dict[str, Any] = {
     "/api/v1/datasets/{dataset_id}/documents": {"get": {
         "summary": "RAGFlow's document list: a library's bits grouped by URL",
         "parameters": [{"name": "dataset_id", "in": "path", "required": True, "schema": {"type": "string"}},
-                       _BEARER, *_PAGES, _query("id", {"type": "string"}), _query("name", {"type": "string"}),
+                       _BEARER, *_pages(1024), _query("id", {"type": "string"}), _query("name", {"type": "string"}),
                        _query("keywords", {"type": "string"})],
         "responses": {"200": _answer("Documents, or RAGFlow's error envelope", _DOCUMENTS), **_errors("401", "429")},
     }},
@@ -135,7 +148,7 @@ PATHS: dict[str, Any] = {
                        "mcp package in its own forms.",
         "parameters": [{"name": "Authorization", "in": "header", "required": False, "schema": {"type": "string"},
                         "description": "Bearer <access token>"}],
-        "requestBody": {"content": {"application/json": {"schema": _JSON_RPC}}},
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _JSON_RPC_SENT}}},
         "responses": {
             "200": {"description": "A JSON-RPC answer", "content": {"application/json": {"schema": _JSON_RPC}}},
             "202": {"description": "A notification, accepted"},

@@ -33,6 +33,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
+from host.catalog.libraries import Library
 from host.constraints import Node
 from host.embedders.errors import EmbedderError
 from host.library.omit import parse_omit
@@ -41,7 +42,6 @@ from host.results.bits import result_bit
 from host.search.engine import Selection
 from host.search.fusion import DEFAULT_KEYWORD_WEIGHT
 from host.search.query import Mode, Query, choose_model, run_query
-from host.store.compiled import CompiledLibrary
 from host.web.caller import Caller
 from host.web.library_selection import one_model
 from host.web.query_endpoint import check_answer_size
@@ -52,8 +52,7 @@ WITHOUT_EMBEDDING = parse_omit("embedding")
 
 @dataclass(frozen=True)
 class Passage:
-    library: CompiledLibrary
-    row: int  # the bit's row in its library
+    library: Library
     bit: dict[str, Any]  # as POST / answers it: id, text, token_count, similarity and score when it has them, info
     score: float  # the rank score, 0-1 (see the module's docstring)
 
@@ -63,7 +62,7 @@ class Passage:
         return info if isinstance(info, dict) else {}
 
 
-async def find_passages(state: HostState, caller: Caller, libraries: Sequence[CompiledLibrary], question: str,
+async def find_passages(state: HostState, caller: Caller, libraries: Sequence[Library], question: str,
                         count: int, *, score_threshold: float = 0.0, constraint: Node | None = None,
                         mode: Mode | None = None, keyword_weight: float = DEFAULT_KEYWORD_WEIGHT) -> list[Passage]:
     """The best `count` bits of `libraries` for `question` that this caller may see, best first.
@@ -91,9 +90,9 @@ async def find_passages(state: HostState, caller: Caller, libraries: Sequence[Co
         passages = []
         for row, similarity, rank, score in zip(selection.rows.tolist(), similarities, ranks,
                                                 passage_scores(selection), strict=True):
-            library, local = index.locate(row)
-            bit = result_bit(library, local, WITHOUT_EMBEDDING, similarity=similarity, score=rank)
-            passages.append(Passage(library, local, bit, score))
+            segment, local = index.locate(row)
+            bit = result_bit(segment, local, WITHOUT_EMBEDDING, similarity=similarity, score=rank)
+            passages.append(Passage(index.library_of(row), bit, score))
         return passages
 
     return await run_in_threadpool(compute)

@@ -34,11 +34,12 @@ import numpy as np
 
 from access import Grant
 from host.catalog.generations import Catalog
+from host.catalog.libraries import Library
 from host.catalog.model_index import ModelIndex
 from host.catalog.selection import publishers
+from host.library.visibility import unscoped
 from host.results.bits import result_bit
 from host.search.query import Mode, Query, SearchPolicy, narrowing_mask, run_query
-from host.store.compiled import CompiledLibrary
 from host.web.middleware.publisher_prefix import library_href, root_href
 from host.web.page.maps import LibraryMap, Projection, ProjectionCache, library_map, project_library
 from host.web.page.request import MAX_BITS, Budget, Notice, PageRequest, page_href
@@ -160,7 +161,7 @@ def visible_models(catalog: Catalog, grant: Grant) -> list[ModelIndex]:
 
 
 def visible_library(catalog: Catalog, name: str | None, grant: Grant,
-                    scope: frozenset[str] | None = None) -> CompiledLibrary | None:
+                    scope: frozenset[str] | None = None) -> Library | None:
     """The library of that name if the caller may see a bit of it (and it is in `scope`, when given)."""
     library = catalog.library(name) if name and (scope is None or name in scope) else None
     return library if library is not None and library.visible_bit_count(grant.access_tags) else None
@@ -278,7 +279,7 @@ def _listing(inputs: PageInputs) -> tuple[tuple[LibraryView, ...], tuple[Publish
     return tuple(libraries), tuple(folders), len(groups)
 
 
-def _library_view(library: CompiledLibrary, grant: Grant, searchable: frozenset[str], root: str = "/") -> LibraryView:
+def _library_view(library: Library, grant: Grant, searchable: frozenset[str], root: str = "/") -> LibraryView:
     visible = library.visible_bit_count(grant.access_tags)
     message = library.details.get("message")
     description = " ".join(message.split()) if isinstance(message, str) and message.strip() else None
@@ -300,7 +301,7 @@ def _library_view(library: CompiledLibrary, grant: Grant, searchable: frozenset[
 class _SectionBuilder:
     """One section per model answering on this page: ranked by the query or a liked bit, or a sample."""
 
-    def __init__(self, inputs: PageInputs, library: CompiledLibrary | None, notices: list[Notice]) -> None:
+    def __init__(self, inputs: PageInputs, library: Library | None, notices: list[Notice]) -> None:
         self.inputs = inputs
         self.request = inputs.request
         self.library = library
@@ -348,8 +349,8 @@ class _SectionBuilder:
         return int(rows[0]) if len(rows) else None
 
     def _more_like(self, index: ModelIndex, row: int, position: int) -> Section:
-        library, local = index.locate(row)
-        title = _title(library.record(local)["info"])
+        segment, local = index.locate(row)
+        title = _title(segment.record(local)["info"])
         vector = np.asarray(index.gather(np.array([row]))[0], dtype=np.float32)
         return self._ranked(index, vector, f"More like “{title[:120]}”", position)
 
@@ -413,12 +414,12 @@ class _SectionBuilder:
                    section: int, ranks: list[float | None] | None = None) -> tuple[BitView, ...]:
         views = []
         for place, (row, similarity, rank) in enumerate(zip(rows.tolist(), similarities, ranks or [None] * len(rows))):
-            library, local = index.locate(row)
+            segment, local = index.locate(row)
             cut = cut_to if place == 0 else None
-            bit = result_bit(library, local, similarity=similarity, score=rank, cut_to_tokens=cut)
-            tag = index.tags[int(index.tag_ids[row])] or None
-            views.append(self._bit_view(bit, library.name, tag, int(library.token_counts[local]) if cut else None,
-                                        _anchor(section, place)))
+            bit = result_bit(segment, local, similarity=similarity, score=rank, cut_to_tokens=cut)
+            tag = unscoped(index.tags[int(index.tag_ids[row])]) or None
+            views.append(self._bit_view(bit, index.library_of(row).name, tag,
+                                        int(segment.token_counts[local]) if cut else None, _anchor(section, place)))
         return tuple(views)
 
     def _bit_view(self, bit: dict[str, Any], library: str, tag: str | None, cut_from: int | None,
@@ -443,14 +444,14 @@ class _SectionBuilder:
         )
 
 
-def build_library_map(catalog: Catalog, library: CompiledLibrary, grant: Grant, request: PageRequest,
+def build_library_map(catalog: Catalog, library: Library, grant: Grant, request: PageRequest,
                       projections: ProjectionCache | None = None) -> LibraryMap:
     """The map of the bits of `library` that `grant` may see; its points link to "more like this"
     within the library, keeping `request`'s budget."""
     index = catalog.models[library.embedding_model]
-    position = next(place for place, item in enumerate(index.libraries) if item.name == library.name)
+    [position] = index.positions_of([library.name])
     visible = index.visible_rows(grant.access_tags)
-    tags = frozenset(tag for tag in grant.access_tags if tag in index.tags)
+    tags = library.visible_tags(grant.access_tags)
 
     def make() -> Projection:
         return project_library(index, position, visible)
