@@ -189,3 +189,18 @@ def test_a_serving_host_merges_the_segments_edits_leave_and_answers_the_same(tmp
             assert top_text(number * 4).startswith(f"{edited}bit number {number * 4} ")
     finally:
         stop_host(host)
+
+
+def test_a_bad_file_is_read_and_named_once_until_it_changes(tmp_path: Path) -> None:
+    root = folder_of(tmp_path, 4)
+    broken = root / "pub0" / "lib03.json"
+    broken.write_text('{"version": 1, "bits": [')
+    first = load_catalog(root)
+    assert [line.startswith(f"{broken}: not valid JSON") for line in first.new_problems] == [True]
+
+    again = load_catalog(root, previous=first)  # another worker, or the next reload
+
+    assert again.problems == first.problems and again.new_problems == ()
+    write_library(broken, writer(200 - 4))  # mended
+    mended = load_catalog(root, previous=again)
+    assert mended.problems == () and mended.library("pub0/lib03") is not None

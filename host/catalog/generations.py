@@ -17,7 +17,20 @@ from pathlib import Path, PurePath, PurePosixPath
 
 from host.catalog.libraries import Library
 from host.catalog.model_index import ModelIndex
-from host.catalog.plan import SEGMENTS, Placed, Plan, new_segment_name, plan_lock, read_plan, remove_unplanned, write_plan
+from host.catalog.plan import (
+    SEGMENTS,
+    Placed,
+    Plan,
+    Refusals,
+    Refused,
+    new_segment_name,
+    plan_lock,
+    read_plan,
+    read_refused,
+    remove_unplanned,
+    write_plan,
+    write_refused,
+)
 from host.catalog.scopes import PUBLISHER_ACCESS_FILE, scope_of
 from host.library.problems import LibraryFormatError
 from host.store.compiled import DEFAULT_MAX_SOURCE_BYTES, Segment, StoreError, file_sha256, open_segment
@@ -106,6 +119,7 @@ class Catalog:
     problems: tuple[str, ...] = ()
     public_problems: int = 0  # problems with files outside `access/` folders (the rest are private)
     segments: tuple[Segment, ...] = ()  # every segment a library is served from
+    new_problems: tuple[str, ...] = ()  # those of `problems` found by this load (the rest were said before)
     root: Path | None = None  # the folder it was loaded from
     scopes: tuple[str, ...] = ()  # its publisher folders, those holding an access file (host/catalog/scopes.py)
 
@@ -151,18 +165,26 @@ def load_catalog(
     cache = cache_dir or default_cache_dir(root)
     opened = {segment.name: segment for segment in previous.segments} if previous else {}
     with plan_lock(cache):
-        plan = read_plan(cache)
+        plan, refused_before = read_plan(cache), read_refused(cache)
         segments = _open_planned(cache, plan, opened)
         entries, scopes = survey(root) if root.exists() else ([], [])
-        placed, to_compile, problems = _reconcile(entries, plan, segments, max_bytes, digests or {})
+        placed, to_compile, refused, problems = _reconcile(entries, plan, segments, max_bytes, digests or {},
+                                                           refused_before)
+        said_before = {name for name, refusal in refused.items() if refused_before.get(name) == refusal}
         failed = _compile(cache, to_compile, placed, segments, bars, progress)
-        for entry, problem in failed.items():  # its previous version keeps serving, if there is one
-            still = entry.name in plan and plan[entry.name].segment in segments
+        refused.update(failed)
+        new_problems = list(problems)
+        for name, refusal in sorted(refused.items()):  # its previous version keeps serving, if there is one
+            still = name in plan and plan[name].segment in segments
             if still:
-                placed[entry.name] = plan[entry.name]
-            problems.append(f"{entry.path}: {problem}{'; still serving its previous version' if still else ''}")
+                placed[name] = plan[name]
+            problems.append(refusal.problem + ("; still serving its previous version" if still else ""))
+            if name not in said_before:
+                new_problems.append(problems[-1])
         if placed != plan:
             write_plan(cache, placed)
+        if refused != refused_before:
+            write_refused(cache, refused)
         removed = remove_unplanned(cache, placed)
     if progress:
         compiled = len(to_compile) - len(failed)
@@ -170,9 +192,10 @@ def load_catalog(
                  f"{_count(len({where.segment for where in placed.values()}), 'segment', 'segments')}, "
                  f"{f'{compiled:,} compiled now' if compiled else 'none compiled'}"
                  + (f", {_count(removed, 'segment', 'segments')} no longer used removed" if removed else ""))
-    public_problems = sum(1 for entry in failed if entry.access_tag is None and not entry.scope)
+    public = {entry.name for entry in entries if entry.access_tag is None and not entry.scope}
+    public_problems = sum(1 for name in refused if name in public)
     return replace(build_catalog(entries, placed, segments, previous, problems, public_problems), root=root,
-                   scopes=tuple(scopes))
+                   scopes=tuple(scopes), new_problems=tuple(new_problems))
 
 
 def _open_planned(cache: Path, plan: Plan, opened: dict[str, Segment]) -> dict[str, Segment]:
@@ -192,19 +215,24 @@ def _open_planned(cache: Path, plan: Plan, opened: dict[str, Segment]) -> dict[s
 
 
 def _reconcile(entries: list[LibraryFile], plan: Plan, segments: dict[str, Segment], max_bytes: int,
-               digests: Mapping[Path, str]) -> tuple[Plan, list[LibraryFile], list[str]]:
-    """What stays where it is (the plan, updated), what must be compiled, and the files refused."""
+               digests: Mapping[Path, str], refused_before: Refusals) -> tuple[Plan, list[LibraryFile], Refusals, list[str]]:
+    """What stays where it is (the plan, updated), what must be compiled, the files refused (those
+    found bad before and unchanged since are not read again), and the files that cannot be stat'ed."""
     placed: Plan = {}
-    to_compile, problems = [], []
+    to_compile, refused, problems = [], {}, []
     for entry in entries:
         try:
             stat = entry.path.stat()
         except OSError as problem:
             problems.append(f"{entry.path}: {describe_problem(problem)}")
             continue
+        before = refused_before.get(entry.name)
+        if before is not None and before.matches_stat(stat):
+            refused[entry.name] = before
+            continue
         if stat.st_size > max_bytes:
-            problems.append(f"{entry.path}: file is {stat.st_size:,} bytes, over the {max_bytes:,}-byte limit "
-                            "(raise --max-library-bytes)")
+            refused[entry.name] = Refused(stat.st_size, stat.st_mtime_ns, f"{entry.path}: file is {stat.st_size:,} bytes, "
+                                          f"over the {max_bytes:,}-byte limit (raise --max-library-bytes)")
             continue
         where = plan.get(entry.name)
         segment = segments.get(where.segment) if where else None
@@ -218,7 +246,7 @@ def _reconcile(entries: list[LibraryFile], plan: Plan, segments: dict[str, Segme
                                                                              where.source.sha256))  # only touched
         else:
             to_compile.append(entry)
-    return placed, to_compile, problems
+    return placed, to_compile, refused, problems
 
 
 def _same_place(segment: Segment, where: Placed, entry: LibraryFile) -> bool:
@@ -235,20 +263,22 @@ def _digest(path: Path, digests: Mapping[Path, str]) -> str:
 
 
 def _compile(cache: Path, entries: list[LibraryFile], placed: Plan, segments: dict[str, Segment],
-             bars: bool, progress: Callable[[str], None] | None) -> dict[LibraryFile, str]:
+             bars: bool, progress: Callable[[str], None] | None) -> Refusals:
     """Compile `entries` into new segments, place them in `placed` and open them in `segments`; the
-    entries that failed, each with its problem in one line."""
+    entries that failed, by name, each as it was found and its problem in one line."""
     if not entries:
         return {}
     failed = {}
     packer = Packer(cache / SEGMENTS, new_segment_name, bars=bars)
     try:
         for entry in entries:
+            size, mtime_ns = -1, -1  # a file that cannot be stat'ed is read again next time
             try:
-                packer.add(FileToCompile(entry.path, entry.name, entry.access_tag, entry.scope,
-                                         entry.path.stat().st_size))
+                stat = entry.path.stat()
+                size, mtime_ns = stat.st_size, stat.st_mtime_ns
+                packer.add(FileToCompile(entry.path, entry.name, entry.access_tag, entry.scope, stat.st_size))
             except Exception as problem:  # one publisher's file, however broken, must not stop the others
-                failed[entry] = describe_problem(problem)
+                failed[entry.name] = Refused(size, mtime_ns, f"{entry.path}: {describe_problem(problem)}")
         made = packer.finish()
     finally:
         packer.close()

@@ -34,6 +34,7 @@ import msgspec
 from host.store.members import SourceKey
 
 PLAN_FILE = "plan.json"
+REFUSED_FILE = "refused.json"  # the files found bad, as they were then: read again only once they change
 SEGMENTS = "segments"  # the folder of segments, in the compiled cache
 FORMAT = 2  # 2: each library's source key as one object
 log = logging.getLogger("polymath_host.catalog")
@@ -70,15 +71,44 @@ def read_plan(cache: Path) -> Plan:
         return {}
 
 
+class Refused(msgspec.Struct, frozen=True):
+    """A library file found bad, as it was then (size and time), and its problem in one line."""
+
+    size: int
+    mtime_ns: int
+    problem: str
+
+    def matches_stat(self, stat: os.stat_result) -> bool:
+        return self.size == stat.st_size and self.mtime_ns == stat.st_mtime_ns
+
+
+Refusals = dict[str, Refused]  # library name -> why it is not served (in the version of that size and time)
+
+
+def read_refused(cache: Path) -> Refusals:
+    """The files found bad before, so that a worker neither reads nor names one again until it changes."""
+    try:
+        return msgspec.json.decode((cache / REFUSED_FILE).read_bytes(), type=Refusals)
+    except (OSError, ValueError, msgspec.DecodeError):
+        return {}
+
+
+def write_refused(cache: Path, refused: Refusals) -> None:
+    _replace(cache / REFUSED_FILE, msgspec.json.encode(dict(sorted(refused.items()))))
+
+
 def write_plan(cache: Path, plan: Plan) -> None:
     """Replace the plan atomically (synced before the rename: a crash leaves the old one or the new)."""
-    body = msgspec.json.encode(_Document(FORMAT, dict(sorted(plan.items()))))
-    temporary = cache / f".{PLAN_FILE}.{os.getpid()}.tmp"
+    _replace(cache / PLAN_FILE, msgspec.json.encode(_Document(FORMAT, dict(sorted(plan.items())))))
+
+
+def _replace(path: Path, body: bytes) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with temporary.open("wb") as handle:
         handle.write(body)
         handle.flush()
         os.fsync(handle.fileno())
-    os.replace(temporary, cache / PLAN_FILE)
+    os.replace(temporary, path)
 
 
 @contextlib.contextmanager

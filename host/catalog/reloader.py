@@ -205,7 +205,7 @@ class LibraryWatcher:
         previous = self.host.catalog
         catalog = load_catalog(self.root, cache_dir=self.cache_dir, previous=previous, max_bytes=self.max_bytes,
                                digests=self.replica.digests() if self.replica is not None else None)
-        for problem in catalog.problems:
+        for problem in catalog.new_problems:  # each bad file is named once, by the worker that read it
             log.error("library not loaded: %s", problem)
         self.host.install(catalog)
         log.info(
