@@ -77,7 +77,7 @@ def test_first_load_compiles_every_file_of_the_folder(source):
     meta = json.loads((folder / "meta.json").read_text())
     assert meta["bits"] == 3 and meta["dimension"] == 8 and meta["embedding_model"] == TEST_MODEL
     [member] = meta["members"]
-    assert member["source"]["sha256"] == file_sha256(source) and member["rows"] == [0, 3]
+    assert member["source"]["sha256"] == file_sha256(source) and (member["first"], member["stop"]) == (0, 3)
     assert member["source"]["size"] == source.stat().st_size
     assert library.name == "lib" and library.bit_count == 3 and library.dimension == 8
 
@@ -303,7 +303,7 @@ CORRUPTIONS = {
     "meta.json is not JSON": lambda folder: (folder / "meta.json").write_text("{"),
     "meta.json lacks its members": lambda folder: edit_meta(folder, members=None),
     "meta.json's members miss rows": lambda folder: edit_meta(
-        folder, members=[{**json.loads((folder / "meta.json").read_text())["members"][0], "rows": [0, 2]}]),
+        folder, members=[{**json.loads((folder / "meta.json").read_text())["members"][0], "stop": 2}]),
     "ids.npy missing": lambda folder: (folder / "ids.npy").unlink(),
     "tag id out of range": lambda folder: np.save(folder / "tag_ids.npy", np.array([0, 9, 0], np.uint16)),
 }

@@ -290,7 +290,8 @@ def build_catalog(entries: Iterable[LibraryFile], placed: Plan, segments: Mappin
     reused = {library.name: library for library in previous.libraries} if previous else {}
     libraries = tuple(_same_or(reused.get(library.name), library) for library in libraries)
     models, kept, conflicts = group_by_model(libraries)
-    public_problems += sum(1 for library in libraries if library not in kept and library.visible_bit_count(frozenset()))
+    served = {id(library) for library in kept}
+    public_problems += sum(1 for library in libraries if id(library) not in served and library.visible_bit_count(frozenset()))
     used = tuple(dict.fromkeys(library.segment for library in kept))
     generation = previous.generation + 1 if previous else 1
     return Catalog(generation, kept, models, tuple(problems + conflicts), public_problems, used)

@@ -4,8 +4,8 @@ The compiled cache holds segments (host/store/compiled.py), each the rows of one
 files, and `plan.json`, which says for each library name the segment and member serving it and the
 file it was made from (size, mtime, SHA-256):
 
-    {"format": 1, "libraries": {"essays": {"segment": "18c2...-3fa1", "member": 0,
-                                           "size": 1234, "mtime_ns": ..., "sha256": "..."}}}
+    {"format": 2, "libraries": {"essays": {"segment": "018c2e4f9a10-3fa1b2c4", "member": 0,
+                                           "source": {"size": 1234, "mtime_ns": ..., "sha256": "..."}}}}
 
 A library file that changes is compiled into a new segment and the plan points at it; its old rows
 stay in their segment, served to no one, until a merge (host/catalog/merging.py) writes the
@@ -22,25 +22,24 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from host.store.members import SourceKey
 
 PLAN_FILE = "plan.json"
 SEGMENTS = "segments"  # the folder of segments, in the compiled cache
-FORMAT = 1
+FORMAT = 2  # 2: each library's source key as one object
 log = logging.getLogger("polymath_host.catalog")
 
 
-@dataclass(frozen=True)
-class Placed:
+class Placed(msgspec.Struct, frozen=True):
     """Where a library is served from, and the file it was made from."""
 
     segment: str
@@ -51,31 +50,32 @@ class Placed:
 Plan = dict[str, Placed]  # library name -> where it is served from
 
 
+class _Document(msgspec.Struct):
+    format: int
+    libraries: dict[str, Placed]
+
+
 def read_plan(cache: Path) -> Plan:
     """The plan in `cache`; empty when there is none or it cannot be read (said once in the log)."""
     path = cache / PLAN_FILE
     try:
-        document = json.loads(path.read_text())
-        if document.get("format") != FORMAT:
-            raise ValueError(f"format {document.get('format')!r}")
-        return {str(name): Placed(str(entry["segment"]), int(entry["member"]),
-                                  SourceKey(int(entry["size"]), int(entry["mtime_ns"]), str(entry["sha256"])))
-                for name, entry in document["libraries"].items()}
+        document = msgspec.json.decode(path.read_bytes(), type=_Document)
+        if document.format != FORMAT:
+            raise ValueError(f"format {document.format!r}")
+        return document.libraries
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as problem:
+    except (OSError, ValueError, msgspec.DecodeError) as problem:  # a ValidationError is a ValueError
         log.warning("%s: unreadable (%s); compiling every library again", path, problem)
         return {}
 
 
 def write_plan(cache: Path, plan: Plan) -> None:
     """Replace the plan atomically (synced before the rename: a crash leaves the old one or the new)."""
-    document = {"format": FORMAT, "libraries": {
-        name: {"segment": placed.segment, "member": placed.member, **placed.source.__dict__}
-        for name, placed in sorted(plan.items())}}
+    body = msgspec.json.encode(_Document(FORMAT, dict(sorted(plan.items()))))
     temporary = cache / f".{PLAN_FILE}.{os.getpid()}.tmp"
-    with temporary.open("w") as handle:
-        json.dump(document, handle, separators=(",", ":"))
+    with temporary.open("wb") as handle:
+        handle.write(body)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(temporary, cache / PLAN_FILE)

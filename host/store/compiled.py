@@ -307,10 +307,8 @@ def _replace_folder(new: Path, target: Path) -> None:
 def open_segment(folder: Path) -> Segment:
     """Open a compiled folder, checking every file against meta.json; raises StoreError."""
     try:
-        meta = json.loads((folder / "meta.json").read_text())
-        if meta.get("store_format") != STORE_FORMAT:
-            raise StoreError(f"{folder}: store format {meta.get('store_format')!r} is not {STORE_FORMAT}")
-        bits, dimension = meta["bits"], meta["dimension"]
+        meta = read_meta(folder)
+        bits, dimension = meta.bits, meta.dimension
 
         def array(name: str, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
             loaded: np.ndarray = np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False)
@@ -322,17 +320,17 @@ def open_segment(folder: Path) -> Segment:
         embeddings = array("embeddings", "<f4", (bits, dimension))
         offsets = array("record_offsets", "<i8", (bits + 1,))
         records_path = folder / "records.bin"
-        if records_path.stat().st_size != meta["records_bytes"] or offsets[-1] != meta["records_bytes"]:
+        if records_path.stat().st_size != meta.records_bytes or offsets[-1] != meta.records_bytes:
             raise StoreError(f"{records_path}: size does not match meta.json")
         records = (
             np.memmap(records_path, dtype=np.uint8, mode="r")
-            if meta["records_bytes"]
+            if meta.records_bytes
             else np.zeros(0, dtype=np.uint8)
         )
         tag_ids = array("tag_ids", "<u2", (bits,))
-        if bits and int(tag_ids.max()) >= len(meta["tags"]):
+        if bits and int(tag_ids.max()) >= len(meta.tags):
             raise StoreError(f"{folder}/tag_ids.npy: tag id out of range")
-        members = tuple(Member.from_meta(entry) for entry in meta["members"])
+        members = tuple(meta.members)
         if [(member.first, member.stop) for member in members] != list(
                 itertools.pairwise([0, *itertools.accumulate(member.bit_count for member in members)])) or (
                 sum(member.bit_count for member in members) != bits):
@@ -340,7 +338,7 @@ def open_segment(folder: Path) -> Segment:
         names, load = open_packed(folder)
         if names != {*array_names(), *postings.array_names()}:
             raise StoreError(f"{folder}/text_index.json: not the arrays of a text index and keyword postings")
-        clusters = int(meta["clusters"])
+        clusters = meta.clusters
         source_rows = centroids = cluster_offsets = codes = code_scale = None
         if clusters:
             source_rows = array("source_rows", "<i8", (bits,))
@@ -350,21 +348,21 @@ def open_segment(folder: Path) -> Segment:
             codes = array("codes", "|u1", (bits, dimension))
             code_scale = np.array(array("code_scale", "<f4", (2, dimension)))
         return Segment(
-            name=meta["name"],
-            embedding_model=meta["embedding_model"],
+            name=meta.name,
+            embedding_model=meta.embedding_model,
             embeddings=embeddings,
             token_counts=array("token_counts", "<i4", (bits,)),
             tag_ids=tag_ids,
-            tags=tuple(meta["tags"]),
+            tags=tuple(meta.tags),
             ids=array("ids", "|S32", (bits,)),
             id_heads=array("id_heads", "<u8", (bits,)),
             sign_codes=array("sign_codes", "<u8", (words_for(dimension), bits)),
             records=records,
             record_offsets=offsets,
             members=members,
-            max_norm=float(meta["max_norm"]),
+            max_norm=meta.max_norm,
             text_index=assemble_text_index(load, bits),
-            keywords=open_keyword_index(load, bits, meta["keywords"]["language"]),
+            keywords=open_keyword_index(load, bits, meta.keywords["language"]),
             source_rows=source_rows,
             centroids=centroids,
             cluster_offsets=cluster_offsets,
@@ -375,6 +373,47 @@ def open_segment(folder: Path) -> Segment:
         raise
     except (OSError, ValueError, KeyError, TypeError) as problem:
         raise StoreError(f"{folder}: unreadable compiled segment ({problem})") from None
+
+
+class SegmentMeta(msgspec.Struct):
+    """A segment's meta.json (host/store/writer.py writes it)."""
+
+    store_format: int
+    name: str
+    embedding_model: str
+    bits: int
+    dimension: int
+    tags: list[str]
+    records_bytes: int
+    max_norm: float
+    clusters: int
+    keywords: dict[str, str]
+    members: list[Member]
+
+
+def read_meta(folder: Path) -> SegmentMeta:
+    """A segment's meta.json, checked to be of this store format; StoreError otherwise."""
+    body = (folder / "meta.json").read_bytes()
+    try:
+        meta = msgspec.json.decode(body, type=SegmentMeta)
+    except msgspec.ValidationError as problem:
+        found = _store_format(body)
+        if found != STORE_FORMAT:
+            raise StoreError(f"{folder}: store format {found!r} is not {STORE_FORMAT}") from None
+        raise StoreError(f"{folder}/meta.json: {problem}") from None
+    except msgspec.DecodeError as problem:
+        raise StoreError(f"{folder}/meta.json: not JSON ({problem})") from None
+    if meta.store_format != STORE_FORMAT:
+        raise StoreError(f"{folder}: store format {meta.store_format!r} is not {STORE_FORMAT}")
+    return meta
+
+
+def _store_format(body: bytes) -> object:
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return None
+    return document.get("store_format") if isinstance(document, dict) else None
 
 
 def _check_layout(folder: Path, source_rows: np.ndarray, cluster_offsets: np.ndarray, bits: int) -> None:

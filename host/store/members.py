@@ -21,12 +21,12 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 
-@dataclass(frozen=True)
-class SourceKey:
+
+class SourceKey(msgspec.Struct, frozen=True):
     """What identifies a library file's contents without parsing it."""
 
     size: int
@@ -37,9 +37,9 @@ class SourceKey:
         return self.size == stat.st_size and self.mtime_ns == stat.st_mtime_ns
 
 
-@dataclass(frozen=True)
-class Member:
-    """One library file's rows in a segment (see the module docstring)."""
+class Member(msgspec.Struct, frozen=True):
+    """One library file's rows in a segment (see the module docstring); meta.json holds it as it is:
+    ten thousand of them are read in a few milliseconds (msgspec)."""
 
     name: str  # the library's name: its path under the libraries folder, without ".json"
     source: SourceKey
@@ -55,20 +55,6 @@ class Member:
     @property
     def bit_count(self) -> int:
         return self.stop - self.first
-
-    def to_meta(self) -> dict[str, Any]:
-        return {"name": self.name, "source": self.source.__dict__, "rows": [self.first, self.stop], "scope": self.scope,
-                "access_tag": self.access_tag, "details": self.details or {}, "sort": self.sort,
-                "tag_rows": self.tag_rows or {}, "public_digest": self.public_digest}
-
-    @classmethod
-    def from_meta(cls, entry: dict[str, Any]) -> Member:
-        """A member as meta.json holds it; KeyError or TypeError when it is not one (a corrupt store)."""
-        first, stop = entry["rows"]
-        return cls(name=str(entry["name"]), source=SourceKey(**entry["source"]), first=int(first), stop=int(stop),
-                   scope=str(entry["scope"]), access_tag=entry["access_tag"], details=dict(entry["details"]),
-                   sort=str(entry["sort"]), tag_rows={str(tag): int(rows) for tag, rows in entry["tag_rows"].items()},
-                   public_digest=str(entry["public_digest"]))
 
 
 def tag_rows(names: Sequence[str], tags: Sequence[str | None]) -> dict[str, int]:

@@ -15,6 +15,7 @@ one problem for its caller and leaves the pack as it was.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -24,10 +25,11 @@ from pathlib import Path
 from host.library.bit_checks import BitBlock
 from host.library.format import LibraryHeader
 from host.library.problems import LibraryFormatError
+from host.library.stream import read_small
 from host.service.allocator import garbage_collector_paused
 from host.store.clusters import CLUSTER_FROM
-from host.store.compiled import compile_library, stream_member
-from host.store.members import Member
+from host.store.compiled import compile_library, in_scope, stream_member
+from host.store.members import Member, SourceKey
 from host.store.progress import CompileProgress
 from host.store.writer import StoreWriter
 
@@ -55,6 +57,24 @@ class _Collector:
 
     def add(self, block: BitBlock) -> None:
         self.blocks.append(block)
+
+
+def read_member(file: FileToCompile) -> tuple[LibraryHeader, SourceKey, list[BitBlock]]:
+    """A small file read whole and checked: its header, source key and bits (tags scoped), at once
+    where it is plainly whole (`read_small`), else streamed with the careful checks (whose first
+    problem is raised: LibraryFormatError, or OSError)."""
+    before = file.path.stat()
+    body = file.path.read_bytes()
+    read = read_small(body, file.access_tag)
+    if read is None:
+        collector = _Collector()
+        header, key = stream_member(file.path, collector, access_tag=file.access_tag, scope=file.scope)
+        return header, key, collector.blocks
+    if not SourceKey(before.st_size, before.st_mtime_ns, "").matches_stat(file.path.stat()) or len(body) != before.st_size:
+        raise OSError("the file changed while it was being read")
+    header, blocks = read
+    key = SourceKey(before.st_size, before.st_mtime_ns, hashlib.sha256(body).hexdigest())
+    return header, key, [in_scope(block, file.scope) for block in blocks]
 
 
 class _Pack:
@@ -104,14 +124,13 @@ class Packer:
         if file.size > self.pack_files_up_to:
             self._made.append(self._alone(file))
             return
-        collector = _Collector()
-        header, key = stream_member(file.path, collector, access_tag=file.access_tag, scope=file.scope)
+        header, key, blocks = read_member(file)
         pack = self._packs.get((header.embedding_model, header.language))
         if pack is None:
             building = Path(tempfile.mkdtemp(prefix=".pack.", dir=self.folder))
             pack = self._packs[header.embedding_model, header.language] = _Pack(
                 building, header.embedding_model, header.language, self.cluster_from)
-        pack.take(file, header, collector.blocks, Member(file.name, key, 0, 0))
+        pack.take(file, header, blocks, Member(file.name, key, 0, 0))
 
     def _alone(self, file: FileToCompile) -> CompiledSegment:
         name = self.new_name()

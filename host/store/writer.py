@@ -42,7 +42,6 @@ from array import array
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -71,6 +70,7 @@ RECORD_BLOCK_BYTES = 1 << 20  # records rewritten at a time, at most
 RECORDS_WHOLE_SHARE = 8  # records.bin is read whole for its rewrite up to 1/8 of the vectors' size...
 RECORDS_WHOLE_MAX = 512 << 20  # ...and 512 MB
 BESIDE_BLOCKS = 4  # blocks handed to the thread beside the parse and not yet taken, at most
+BESIDE_FROM = 256  # bits a block holds at least to be handed to the threads beside (below: done here, at once)
 REWRITE_THREADS = 2  # threads putting the vectors in the layout's order (reading, encoding, writing let go of the GIL)
 HEADER_BYTES = 128  # the .npy header of any (rows, dimension) float32 array up to 10^15 rows
 Step = Callable[[str, float], None]  # (what is being done, fraction of it done)
@@ -85,7 +85,7 @@ class StoreWriter:
         self.dimension: int | None = None
         self._vectors: BinaryIO = (building / "embeddings.npy").open("wb")
         self._vectors.write(b"\0" * HEADER_BYTES)
-        self._records: BinaryIO = (building / "records.bin").open("wb")
+        self._records: BinaryIO = (building / "records.bin").open("wb", buffering=1 << 20)
         self._records_size = 0
         self._record_lengths = array("q")
         self._text = TextIndexer(building, self._record_lengths, process_from=text_process_from)
@@ -126,21 +126,25 @@ class StoreWriter:
         self.dimension = vectors.shape[1]
         records, lengths = pack_records(block)
         self._records.write(records)
-        self._records.flush()  # the text index's process reads what is written
         self._records_size += len(records)
         self._record_lengths.frombytes(lengths.tobytes())
-        self._text.records_written(self._records_size)
+        self._text.records_written(self._records_size, self._records.flush)  # a child reads what is flushed
         self._token_counts.extend(block.token_counts)
         tags = self._tags
         self._tag_numbers.extend(tags.setdefault(tag, len(tags)) for tag in block.tags)
         self._ids += b"".join(block.ids)
+        public = public_rows(block.tags)
+        self.rows += len(block)
+        if len(block) < BESIDE_FROM:  # a small library's bits: handing them over would cost more than the work
+            self._beside()  # in order, after what is still being done beside
+            self._write_vectors(vectors, public, self._member)
+            self._summary.take(vectors, block.ids, block.token_counts, public, lengths, records, self._member)
+            return
         self._beside(2 * (BESIDE_BLOCKS - 1))
         writing, summing = self._beside_threads
-        public = public_rows(block.tags)
         self._beside_pending.append(writing.submit(self._write_vectors, vectors, public, self._member))
         self._beside_pending.append(summing.submit(self._summary.take, vectors, block.ids, block.token_counts,
                                                    public, lengths, records, self._member))
-        self.rows += len(block)
 
     def _write_vectors(self, vectors: np.ndarray, public: list[int] | None, member: int) -> None:
         self._vectors.write(vectors.data)
@@ -246,7 +250,7 @@ class StoreWriter:
             "max_norm": summary.largest_norm,
             "clusters": 0 if layout is None else layout.clusters,
             "keywords": {"language": language},
-            "members": [member.to_meta() for member in members],
+            "members": msgspec.to_builtins(members),
         }
         write_synced(folder / "meta.json", lambda handle: handle.write(json.dumps(meta).encode()))
         return members
@@ -258,7 +262,7 @@ class StoreWriter:
             counts = np.bincount(tag_ids[member.first : member.stop], minlength=len(tags))
             tag_rows = {tags[tag]: int(rows) for tag, rows in enumerate(counts.tolist()) if rows}
             message = (member.details or {}).get("message")
-            finished.append(replace(member, tag_rows=tag_rows,
+            finished.append(msgspec.structs.replace(member, tag_rows=tag_rows,
                                     public_digest=self._summary.public_digest(message, number)))
         return finished
 
