@@ -151,7 +151,8 @@ def test_workers_write_the_json_access_log_and_timed_service_logs(two_workers: t
     host, folder = two_workers
     for row in range(4):
         assert right_answer(query(host.url, row), row)
-    (folder / "broken.json").write_text("{")
+    (folder / ".broken.json.tmp").write_text("{")
+    (folder / ".broken.json.tmp").rename(folder / "broken.json")  # whole at once: one version, named once
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and host.log().count("broken.json: not valid JSON") < 1:
