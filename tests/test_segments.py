@@ -204,3 +204,28 @@ def test_a_bad_file_is_read_and_named_once_until_it_changes(tmp_path: Path) -> N
     write_library(broken, writer(200 - 4))  # mended
     mended = load_catalog(root, previous=again)
     assert mended.problems == () and mended.library("pub0/lib03") is not None
+
+
+@pytest.mark.parametrize("mode", ["vector", "keyword", "hybrid"])
+def test_libraries_chosen_as_their_rows_answer_as_a_mask_of_them_does(
+        tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from host.search import keywords
+    from host.search import query as query_module
+
+    root = folder_of(tmp_path, 30)
+    index = load_catalog(root).models[TEST_MODEL]
+    chosen = frozenset({"pub1/lib04", "pub2/lib11"})
+    fields = {"libraries": chosen, "text": "bit number 44 word17_2" if mode != "vector" else None, "mode": mode}
+    vector = None if mode == "keyword" else VECTORS[45]
+
+    def asked() -> list[tuple[int, float]]:
+        selection = run_query(index, Query(vector, 6, "bit", **fields), ANONYMOUS, EXACT)  # type: ignore[arg-type]
+        scores = selection.scores if selection.ranks is None else selection.ranks
+        return list(zip(selection.rows.tolist(), scores.tolist()))
+
+    as_rows = asked()
+    monkeypatch.setattr(query_module, "SUBSET_SHARE", 0.0)  # the chosen libraries as a mask over every row...
+    monkeypatch.setattr(keywords, "SUBSET_ROWS", 0)  # ...and their keywords found in the postings of them all
+    as_mask = asked()
+    assert as_rows == as_mask and as_rows
+    assert {index.library_of(row).name for row, _ in as_rows} <= chosen

@@ -64,6 +64,23 @@ OVERSAMPLE = 250  # rows an approximate search considers at least, however small
 
 
 @dataclass(frozen=True)
+class Rows:
+    """A narrowing given as its rows (ascending), not as a mask over every row: a few small libraries
+    chosen among many. Everything done with it costs what its rows cost, so one library chosen among
+    ten thousand is searched as a host holding only it would search it."""
+
+    rows: np.ndarray  # int64, ascending
+
+    def mask(self, bit_count: int) -> np.ndarray:
+        chosen = np.zeros(bit_count, dtype=bool)
+        chosen[self.rows] = True
+        return chosen
+
+
+Narrowing = np.ndarray | Rows  # a bool mask over a model's rows, or its rows
+
+
+@dataclass(frozen=True)
 class Selection:
     """The returned rows in order, with their similarities (and, ranked otherwise, their rank scores)."""
 
@@ -213,7 +230,7 @@ def rank(
     count_type: CountType,
     count_restricted: bool = False,
     search: Search = EXACT,
-    constraint: np.ndarray | None = None,
+    constraint: Narrowing | None = None,
     similarity_threshold: float | None = None,
 ) -> Selection:
     """Rank the bits `granted` may see against `query` and fill the budget.
@@ -232,37 +249,48 @@ def rank(
 
 
 def _rank(index: ModelIndex, query: np.ndarray, granted: frozenset[str], count: int, count_type: CountType,
-          count_restricted: bool, search: Search, constraint: np.ndarray | None,
+          count_restricted: bool, search: Search, constraint: Narrowing | None,
           similarity_threshold: float | None) -> Selection:
     visible = index.visible_rows(granted)
+    mask = None if isinstance(constraint, Rows) else constraint
     scan: Scan
-    if constraint is not None and np.count_nonzero(constraint) <= SUBSET_SHARE * index.bit_count:
-        scan = _SubsetScan(index, query, np.flatnonzero(constraint))  # exact, and cheaper than either scan
+    if isinstance(constraint, Rows):  # a few chosen rows: only they are scored, and only they looked at
+        scan = _SubsetScan(index, query, constraint.rows)
+    elif mask is not None and np.count_nonzero(mask) <= SUBSET_SHARE * index.bit_count:
+        scan = _SubsetScan(index, query, np.flatnonzero(mask))  # exact, and cheaper than either scan
     elif search.approximate and index.clusters is not None:
         scan = _Approximate(index, query, search)
     elif search.approximate:
         scan = _SignCodeScan(index, query, search.oversample)
     else:
         scan = _ExactScan(index, query)
-    known = isinstance(scan, _Approximate) and constraint is None  # per-cluster counts of a grant are cached
-    rows, scores, cut_to = scan.fill(narrowed(visible, constraint), count, count_type, similarity_threshold,
+    known = isinstance(scan, _Approximate) and mask is None  # per-cluster counts of a grant are cached
+    rows, scores, cut_to = scan.fill(_both(visible, mask), count, count_type, similarity_threshold,
                                      index.cluster_visible_counts(granted) if known else None)
     restricted = 0
     if count_restricted and visible is not None:
         every_tag = frozenset(index.tags)
-        everything = narrowed(index.visible_rows(every_tag), constraint)
+        everything = _both(index.visible_rows(every_tag), mask)
         every = scan.fill(everything, count, count_type, similarity_threshold,
                           index.cluster_visible_counts(every_tag) if known else None)
         restricted = int(np.count_nonzero(~visible[every.rows]))
     return Selection(rows=rows, scores=scores, first_bit_cut_to=cut_to, restricted=restricted)
 
 
-def narrowed(visible: np.ndarray | None, constraint: np.ndarray | None) -> np.ndarray | None:
-    """The rows both masks allow (None stands for every row). The cached visibility mask is
-    never written to: `&` makes a new array."""
+def narrowed(visible: np.ndarray | None, constraint: Narrowing | None) -> Narrowing | None:
+    """The rows both allow (None stands for every row): a mask, or the rows of `constraint` that are
+    visible where it is `Rows`. The cached visibility mask is never written to: `&` makes a new array."""
     if constraint is None:
         return visible
-    return constraint if visible is None else visible & constraint
+    if isinstance(constraint, Rows):
+        return constraint if visible is None else Rows(constraint.rows[visible[constraint.rows]])
+    return _both(visible, constraint)
+
+
+def _both(visible: np.ndarray | None, mask: np.ndarray | None) -> np.ndarray | None:
+    if mask is None:
+        return visible
+    return mask if visible is None else visible & mask
 
 
 def random_query(dimension: int, rng: np.random.Generator | None = None) -> np.ndarray:

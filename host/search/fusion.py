@@ -29,7 +29,7 @@ import numpy as np
 
 from host.catalog.model_index import ModelIndex
 from host.search.budget import FIRST_GUESS_FOR_TOKENS, GROWTH, CountType, apply_budget, exact_scores
-from host.search.engine import Search, rank
+from host.search.engine import Narrowing, Search, rank
 from host.search.keywords import Weighted, keyword_score, keyword_scores, keyword_top
 
 POOL = 50  # bits taken from each ranking at least: the answer of a small budget never depends on its size
@@ -58,7 +58,7 @@ def fuse(similarity: np.ndarray, keyword: np.ndarray, keyword_weight: float) -> 
 
 
 def rank_fused(index: ModelIndex, vector: np.ndarray, weighted: Weighted, *, granted: frozenset[str],
-               allowed: np.ndarray | None, constraint: np.ndarray | None, count: int, count_type: CountType,
+               allowed: Narrowing | None, constraint: Narrowing | None, count: int, count_type: CountType,
                keyword_weight: float, similarity_threshold: float | None, search: Search,
                score_threshold: float | None = None) -> Fused:
     """The rows that fill the budget by the fused score (see the module docstring).

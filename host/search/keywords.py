@@ -50,6 +50,7 @@ from host.keywords.index import KeywordIndex
 from host.keywords.top import scores_of, top
 from host.library.visibility import allowed_tag_ids
 from host.search.budget import FIRST_GUESS_FOR_TOKENS, GROWTH, CountType, apply_budget
+from host.search.engine import Narrowing, Rows
 from host.store.compiled import keywords_of
 
 REMEMBERED_QUERIES = 256  # weighed queries kept (`weigh`)
@@ -137,7 +138,7 @@ def _allowed(keywords: KeywordIndex, tags: tuple[str, ...], granted: frozenset[s
     return np.array(ids, dtype=np.int64)
 
 
-def keyword_top(index: ModelIndex, weighted: Weighted, k: int, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+def keyword_top(index: ModelIndex, weighted: Weighted, k: int, allowed: Narrowing | None) -> tuple[np.ndarray, np.ndarray]:
     """The k best rows (global) by BM25 among those `allowed` (a bool mask over the model's rows;
     None: all), best first, ties in file order, and their scores (float64).
 
@@ -146,6 +147,10 @@ def keyword_top(index: ModelIndex, weighted: Weighted, k: int, allowed: np.ndarr
     library costs what a host holding only it would spend."""
     if weighted.empty or k < 1:
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
+    if isinstance(allowed, Rows):
+        if len(allowed.rows) <= SUBSET_ROWS:
+            return _best_of(index, weighted, allowed.rows, k)
+        allowed = allowed.mask(index.bit_count)
     if allowed is not None and np.count_nonzero(allowed) <= SUBSET_ROWS:
         return _best_of(index, weighted, np.flatnonzero(allowed), k)
     found_rows, found_scores = [], []
@@ -209,7 +214,7 @@ class KeywordRanking:
     best: float | None
 
 
-def rank_keywords(index: ModelIndex, weighted: Weighted, allowed: np.ndarray | None, count: int, count_type: CountType,
+def rank_keywords(index: ModelIndex, weighted: Weighted, allowed: Narrowing | None, count: int, count_type: CountType,
                   keep: Callable[[np.ndarray], np.ndarray] | None = None,
                   score_threshold: float | None = None) -> KeywordRanking:
     """The rows that fill the budget by BM25, best first, with their keyword scores (`keyword_score`).

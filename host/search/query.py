@@ -30,7 +30,7 @@ from host.catalog.generations import Catalog
 from host.catalog.model_index import ModelIndex
 from host.constraints import Node
 from host.search.budget import exact_scores
-from host.search.engine import OVERSAMPLE, PROBES, CountType, Search, Selection, narrowed, rank
+from host.search.engine import OVERSAMPLE, PROBES, SUBSET_SHARE, CountType, Narrowing, Rows, Search, Selection, narrowed, rank
 from host.search.errors import NothingLoaded, QueryError
 from host.search.fusion import DEFAULT_KEYWORD_WEIGHT, rank_fused
 from host.search.keywords import rank_keywords, weigh
@@ -153,7 +153,7 @@ def run_query(index: ModelIndex, query: Query, grant: Grant, policy: SearchPolic
     return replace(selection, restricted=restricted)
 
 
-def _ranked_by_text(index: ModelIndex, query: Query, granted: frozenset[str], narrowing: np.ndarray | None,
+def _ranked_by_text(index: ModelIndex, query: Query, granted: frozenset[str], narrowing: Narrowing | None,
                     search: Search) -> Selection:
     """A keyword or hybrid answer for a caller holding `granted` (the statistics are theirs)."""
     assert query.text is not None
@@ -189,7 +189,7 @@ def _ranked_by_text(index: ModelIndex, query: Query, granted: frozenset[str], na
 
 
 def by_meaning(index: ModelIndex, vector: np.ndarray, query: Query, granted: frozenset[str],
-               narrowing: np.ndarray | None, search: Search, *, count_restricted: bool = False) -> Selection:
+               narrowing: Narrowing | None, search: Search, *, count_restricted: bool = False) -> Selection:
     """The answer ranked by similarity alone, with its best similarity: the first bit's, or, when a
     threshold kept none, the best one's all the same (one more search, for one bit)."""
     threshold = _by_similarity(query)
@@ -212,12 +212,21 @@ def _by_similarity(query: Query) -> float | None:
     return max(thresholds) if thresholds else None
 
 
-def narrowing_mask(index: ModelIndex, query: Query) -> np.ndarray | None:
-    """The rows `query`'s constraint and library list allow (None: every row). The engine ANDs it
-    with the caller's visibility, so it can only narrow what they see."""
+def narrowing_mask(index: ModelIndex, query: Query) -> Narrowing | None:
+    """The rows `query`'s constraint and library list allow (None: every row): a mask, or the chosen
+    libraries' rows themselves where they are all that narrows and few (`Rows`: one library among ten
+    thousand is then searched as a host holding only it searches it). The engine ANDs it with the
+    caller's visibility, so it can only narrow what they see."""
     mask = None if query.constraint is None else constraint_mask(query.constraint, index)
-    if query.libraries is not None:
-        chosen = np.zeros(index.bit_count, dtype=bool)
-        chosen[index.library_rows(index.positions_of(query.libraries))] = True
-        mask = chosen if mask is None else mask & chosen
-    return mask
+    if query.libraries is None:
+        return mask
+    rows = np.sort(index.library_rows(index.positions_of(query.libraries)))
+    if mask is None and len(rows) <= SUBSET_SHARE * index.bit_count:
+        return Rows(rows)
+    chosen = Rows(rows).mask(index.bit_count)
+    return chosen if mask is None else mask & chosen
+
+
+def as_mask(index: ModelIndex, narrowing: Narrowing | None) -> np.ndarray | None:
+    """A narrowing as a bool mask over the model's rows (None: every row)."""
+    return narrowing.mask(index.bit_count) if isinstance(narrowing, Rows) else narrowing

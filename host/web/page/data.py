@@ -39,7 +39,7 @@ from host.catalog.model_index import ModelIndex
 from host.catalog.selection import publishers
 from host.library.visibility import unscoped
 from host.results.bits import result_bit
-from host.search.query import Mode, Query, SearchPolicy, narrowing_mask, run_query
+from host.search.query import Mode, Query, SearchPolicy, as_mask, narrowing_mask, run_query
 from host.web.middleware.publisher_prefix import library_href, root_href
 from host.web.page.maps import LibraryMap, Projection, ProjectionCache, library_map, project_library
 from host.web.page.request import MAX_BITS, Budget, Notice, PageRequest, page_href
@@ -401,7 +401,7 @@ class _SectionBuilder:
 
     def _visible_mask(self, index: ModelIndex) -> np.ndarray | None:
         visible = index.visible_rows(self.inputs.grant.access_tags)
-        only = narrowing_mask(index, Query(np.zeros(0, np.float32), 1, "bit", libraries=self.only))
+        only = as_mask(index, narrowing_mask(index, Query(np.zeros(0, np.float32), 1, "bit", libraries=self.only)))
         if only is None:
             return visible
         return only if visible is None else visible & only
