@@ -49,6 +49,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import numpy as np
@@ -56,6 +57,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from host.web.library_endpoints import encode_cursor  # noqa: E402
 from scripts.benchmarks.import_rounds import cpu_description  # noqa: E402
 from scripts.benchmarks.measure import cpu_seconds  # noqa: E402
 
@@ -80,16 +82,10 @@ def library_name(number: int, per_publisher: int) -> str:
     return f"pub{number // per_publisher:04d}/lib{number % per_publisher:02d}"
 
 
-def serve(folder: str, libraries: int, per_publisher: int, port: int) -> None:
-    """The child: a catalog of `libraries` copies of the template, served by uvicorn on `port`."""
-    import uvicorn
-
+def build_catalog(root: Path, libraries: int, per_publisher: int) -> Any:
+    """A catalog of `libraries` copies of the template (bit ids of their own, every tenth publisher private)."""
     from host.catalog.generations import Catalog, group_by_model, load_catalog
-    from host.embedders.service import Embedders
-    from host.service.settings import Settings
-    from host.web.app import create_app
 
-    root = Path(folder)
     template = load_catalog(root / "template.json", cache_dir=root / "compiled").libraries[0]
     copies = []
     for number in range(libraries):
@@ -102,9 +98,20 @@ def serve(folder: str, libraries: int, per_publisher: int, port: int) -> None:
             tag_ids=np.ones(BITS_EACH, np.uint16) if private else template.tag_ids))
     models, kept, problems = group_by_model(copies)
     assert not problems, problems
-    catalog = Catalog(1, tuple(kept), models)
+    return Catalog(1, tuple(kept), models)
+
+
+def serve(folder: str, libraries: int, per_publisher: int, port: int) -> None:
+    """The child: the catalog of `build_catalog`, served by uvicorn on `port`."""
+    import uvicorn
+
+    from host.embedders.service import Embedders
+    from host.service.settings import Settings
+    from host.web.app import create_app
+
+    root = Path(folder)
     settings = Settings(libraries=root / "template.json", cache_dir=root / "compiled", watch_interval=0)
-    app = create_app(settings, catalog=catalog, embedders=Embedders([]))
+    app = create_app(settings, catalog=build_catalog(root, libraries, per_publisher), embedders=Embedders([]))
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
@@ -137,6 +144,17 @@ class Host:
         response = self.connection.getresponse()
         return response.status, response.read()
 
+    def settle(self, seconds: float = 120) -> None:
+        """Wait until the server is idle: its start keeps a core busy for a few seconds after /healthz
+        answers (0.8 CPU seconds in the 3 s after it, measured), which a peer started later would
+        otherwise pay inside the timed rounds."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            before = self.cpu()
+            time.sleep(1)
+            if self.cpu() - before < 0.02:
+                return
+
     def cpu(self) -> float:
         assert self.process.pid is not None
         return cpu_seconds([self.process.pid])
@@ -147,23 +165,29 @@ class Host:
         self.process.join(10)
 
 
-def requests(host: Host) -> dict[str, tuple[str, str, bytes | None, dict[str, str]]]:
+Asked = tuple[str, str, bytes | None, dict[str, str]]
+
+
+def query_bodies(rounds: int) -> list[bytes]:
+    """A new random vector each time: no answer comes from the answer cache."""
+    vectors = np.random.default_rng(7).standard_normal((rounds, DIMENSION)).astype(np.float32)
+    return [json.dumps({"query_embedding": base64.b64encode(vector.tobytes()).decode(), "count": 10,
+                        "count_type": "bit"}).encode() for vector in vectors]
+
+
+def requests(host: Host, body: bytes) -> dict[str, Asked]:
     """What is asked of a host: (method, path, body, headers) by label; its publisher is in the middle."""
-    publisher = f"pub{host.libraries // host.per_publisher // 2 - 1:04d}"
+    publisher = f"pub{host.libraries // host.per_publisher // 2:04d}"  # public: every tenth from pub0009 is private
     middle = library_name(host.libraries // 2, host.per_publisher)
-    _, first = host.request("GET", "/libraries?limit=" + str(host.libraries // 2))
-    cursor = json.loads(first)["next_cursor"]
-    query = np.random.default_rng(7).standard_normal(DIMENSION).astype(np.float32)
-    body = json.dumps({"query_embedding": base64.b64encode(query.tobytes()).decode(), "count": 10,
-                       "count_type": "bit"}).encode()
+    cursor = encode_cursor(middle)  # what a page ending at the middle library gives
     as_json = {"Accept": "application/json"}
     return {
-        "GET /libraries (every one)": ("GET", "/libraries", None, {}),
+        "GET /libraries (every one, kept rendered)": ("GET", "/libraries", None, {}),
         "GET /libraries?limit=100": ("GET", "/libraries?limit=100", None, {}),
         "GET /libraries?limit=100&cursor= (middle)": ("GET", f"/libraries?limit=100&cursor={cursor}", None, {}),
         "GET /libraries?prefix=<publisher>/": ("GET", f"/libraries?prefix={publisher}/", None, {}),
         "GET /p/<publisher>/libraries": ("GET", f"/p/{publisher}/libraries", None, {}),
-        "GET / (JSON: the publishers)": ("GET", "/", None, as_json),
+        "GET / (JSON: the publishers, their list kept)": ("GET", "/?seed=1", None, as_json),
         "GET /p/<publisher>/ (JSON)": ("GET", f"/p/{publisher}/?seed=1", None, as_json),
         "POST /p/<library>/ (vector, 10 bits)": ("POST", f"/p/{quote(middle)}/", body,
                                                   {"Content-Type": "application/json"}),
@@ -171,23 +195,53 @@ def requests(host: Host) -> dict[str, tuple[str, str, bytes | None, dict[str, st
 
 
 def measure(hosts: list[Host], rounds: int) -> dict[str, dict[str, list[float]]]:
-    asked = {host.label: requests(host) for host in hosts}
-    labels = list(asked[hosts[0].label])
+    bodies = query_bodies(rounds + 1)
+    asked = [{host.label: requests(host, body) for host in hosts} for body in bodies]
+    labels = list(asked[0][hosts[0].label])
     times: dict[str, dict[str, list[float]]] = {label: {host.label: [] for host in hosts} for label in labels}
     for host in hosts:  # warm-up, untimed: every request once
-        for method, path, body, headers in asked[host.label].values():
+        for method, path, body, headers in asked[-1][host.label].values():
             status, _ = host.request(method, path, body, headers)
             assert status == 200, (host.label, path, status)
     for round_number in range(rounds):
         order = hosts if round_number % 2 == 0 else hosts[::-1]
         for label in labels:
             for host in order:
-                method, path, body, headers = asked[host.label][label]
+                method, path, body, headers = asked[round_number][host.label][label]
                 started = time.perf_counter()
                 status, _ = host.request(method, path, body, headers)
                 times[label][host.label].append(time.perf_counter() - started)
                 assert status == 200, (host.label, path, status)
         print(f"round {round_number + 1}/{rounds}", file=sys.stderr)
+    return times
+
+
+def measure_in_process(folder: Path, sizes: dict[str, int], per_publisher: int,
+                       rounds: int) -> dict[str, dict[str, list[float]]]:
+    """What the two caches above hide, in this process, taking turns: the whole list of /libraries
+    rendered, and the whole host's page's list (publishers) made, each as on a cache miss."""
+    from access import ANONYMOUS
+    from host.web.library_endpoints import visible_libraries
+    from host.web.page.data import PageInputs, _listing
+    from host.web.page.request import PageRequest
+    from host.web.responses import render_json
+
+    catalogs = {label: build_catalog(folder, size, per_publisher) for label, size in sizes.items()}
+    work = {
+        "/libraries' whole list, rendered (not kept)": lambda catalog: render_json(
+            {"libraries": list(visible_libraries(catalog, frozenset()))}),
+        "the whole host's page's list of publishers (not kept)": lambda catalog: _listing(
+            PageInputs(catalog=catalog, request=PageRequest(), grant=ANONYMOUS, policy=None, seed=1)),  # type: ignore[arg-type]
+    }
+    times: dict[str, dict[str, list[float]]] = {label: {host: [] for host in catalogs} for label in work}
+    for round_number in range(rounds + 1):
+        order = list(catalogs) if round_number % 2 == 0 else list(catalogs)[::-1]
+        for label, function in work.items():
+            for host in order:
+                started = time.perf_counter()
+                function(catalogs[host])
+                if round_number:  # the first is a warm-up
+                    times[label][host].append(time.perf_counter() - started)
     return times
 
 
@@ -209,11 +263,17 @@ def main() -> None:
         hosts = [Host("many", Path(folder), args.libraries, args.per_publisher),
                  Host("few", Path(folder), 100, args.per_publisher)]
         try:
+            for host in hosts:
+                host.settle()
             load_before = os.getloadavg()[0]
             cpu_before = [host.cpu() for host in hosts]
             started = time.perf_counter()
             times = measure(hosts, args.rounds)
             wall = time.perf_counter() - started
+            process_before = time.process_time()
+            times.update(measure_in_process(Path(folder), {"many": args.libraries, "few": 100}, args.per_publisher,
+                                            args.rounds))
+            process_cpu = time.process_time() - process_before
             cpu = [host.cpu() - before for host, before in zip(hosts, cpu_before, strict=True)]
             load_after = os.getloadavg()[0]
         finally:
@@ -224,7 +284,8 @@ def main() -> None:
     print(f"## Publishers over HTTP: {args.libraries:,} libraries against 100\n")
     print(f"CPU: {cpu_description()['model']}, {cores} cores. 1-minute load {load_before:.2f} before, "
           f"{load_after:.2f} after{'' if quiet else ' (over the core count: the ratios are not to be relied on)'}. "
-          f"{args.rounds} rounds in {wall:.1f} s; server CPU seconds: many {cpu[0]:.2f}, few {cpu[1]:.2f}.\n")
+          f"{args.rounds} rounds in {wall:.1f} s; server CPU seconds: many {cpu[0]:.2f}, few {cpu[1]:.2f}; "
+          f"the last two lines in this process: {process_cpu:.2f} CPU seconds.\n")
     print("| request | many p50 (ms) | many p95 | few p50 (ms) | few p95 | many / few |")
     print("|---|---:|---:|---:|---:|---:|")
     for label, by_host in times.items():
