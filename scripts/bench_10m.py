@@ -348,7 +348,7 @@ def open_first(libraries: Path, cache: Path) -> Any:
     from host.catalog.model_index import ModelIndex
 
     index = open_index(libraries, cache)
-    return ModelIndex.build(index.libraries[:1])
+    return ModelIndex.of_segments(index.segments[:1])
 
 
 # ---- report ------------------------------------------------------------------------------------------------

@@ -70,7 +70,7 @@ def peak_sampler() -> tuple[dict[str, float], threading.Event]:
 
 
 def child_ours(source: Path, out: Path) -> dict[str, Any]:
-    from host.store.compiled import compile_library, open_compiled
+    from host.store.compiled import compile_library, open_segment
 
     phases: dict[str, float] = {}
 
@@ -90,7 +90,7 @@ def child_ours(source: Path, out: Path) -> dict[str, Any]:
     compile_library(source, out, name="bench", progress=Phases())  # type: ignore[arg-type]
     wall = time.perf_counter() - started
     stop.set()
-    library = open_compiled(out, source)
+    library = open_segment(out)
     names = list(phases)
     times = [phases[name] for name in names] + [started + wall]
     return {"seconds": wall, "cpu_seconds": cpu_seconds() - cpu,

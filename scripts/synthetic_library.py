@@ -151,23 +151,37 @@ def bit_json(row: int, vector: np.ndarray, tokens: int, text: str) -> str:
             f'"token_count":{tokens},"info":{{"url":"https://example.com/synthetic/{row}","title":"Synthetic bit {row}"}}}}')
 
 
-def write_files(folder: Path, recipe: Recipe, files: int, model: str) -> list[Path]:
-    """`files` library files (rows split evenly, in order) named part-00.json, ...; returns their paths."""
+def file_name(number: int, files: int, folders: int) -> str:
+    """part-00.json, ... (as wide as the count needs); with `folders`, spread over publisher folders
+    pub-000/, ... in turn, as a host of many writers holds them."""
+    name = f"part-{number:0{max(2, len(str(files - 1)))}d}.json"
+    return f"pub-{number % folders:0{len(str(folders - 1))}d}/{name}" if folders > 1 else name
+
+
+def write_files(folder: Path, recipe: Recipe, files: int, model: str, folders: int = 1) -> list[Path]:
+    """`files` library files (rows split evenly, in order) named part-00.json, ... (in `folders`
+    publisher folders when more than one); returns their paths."""
     folder.mkdir(parents=True, exist_ok=True)
     where = centres(recipe)
     bounds = np.linspace(0, recipe.bits, files + 1).astype(np.int64).tolist()
     paths = []
     started = time.perf_counter()
+
+    @functools.lru_cache(maxsize=1)  # many small files share a chunk: it is made once, not once per file
+    def made(chunk_start: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        block, tokens = chunk(recipe, chunk_start, min(CHUNK, recipe.bits - chunk_start), where)
+        return block, tokens, texts(recipe, chunk_start, tokens)
+
     for number in range(files):
-        path = folder / f"part-{number:02d}.json"
+        path = folder / file_name(number, files, folders)
+        path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_suffix(".json.tmp")
         with temporary.open("w") as handle:
             details = {"synthetic": {**asdict(recipe), "rows": [bounds[number], bounds[number + 1]]}}
             handle.write(f'{{"version":1,"embedding_model":{json.dumps(model)},"details":{json.dumps(details)},"bits":[')
             first = True
             for chunk_start in range(bounds[number] - bounds[number] % CHUNK, bounds[number + 1], CHUNK):
-                block, tokens = chunk(recipe, chunk_start, min(CHUNK, recipe.bits - chunk_start), where)
-                words = texts(recipe, chunk_start, tokens)
+                block, tokens, words = made(chunk_start)
                 low, high = max(bounds[number], chunk_start), min(bounds[number + 1], chunk_start + len(block))
                 parts = [bit_json(row, block[row - chunk_start], int(tokens[row - chunk_start]), words[row - chunk_start])
                          for row in range(low, high)]
@@ -176,8 +190,9 @@ def write_files(folder: Path, recipe: Recipe, files: int, model: str) -> list[Pa
             handle.write("]}\n")
         temporary.rename(path)
         paths.append(path)
-        print(f"[{time.perf_counter() - started:7.1f} s] {path}: rows {bounds[number]:,}-{bounds[number + 1]:,}, "
-              f"{path.stat().st_size / 1e9:.2f} GB", file=sys.stderr, flush=True)
+        if files <= 100 or (number + 1) % (files // 20) == 0:
+            print(f"[{time.perf_counter() - started:7.1f} s] {path}: rows {bounds[number]:,}-{bounds[number + 1]:,}, "
+                  f"{path.stat().st_size / 1e9:.2f} GB", file=sys.stderr, flush=True)
     return paths
 
 
@@ -192,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bits", default="100k", help="e.g. 100k, 1M, 10M (default 100k)")
     parser.add_argument("--dimension", type=int, default=1536)
     parser.add_argument("--files", type=int, default=1, help="library files to split the rows over (default 1)")
+    parser.add_argument("--folders", type=int, default=1,
+                        help="publisher folders to spread the files over, pub-0/ ... (default 1: none)")
     parser.add_argument("--clusters", type=int, default=200)
     parser.add_argument("--subclusters", type=int, default=0, help="sub-centres per centre (default 0: none)")
     parser.add_argument("--text", choices=["long", "short", "verses"], default="long")
@@ -201,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     recipe = Recipe(bits=parse_sizes(args.bits)[0], dimension=args.dimension, clusters=args.clusters,
                     subclusters=args.subclusters, seed=args.seed, text=args.text)
     model = args.model or (ADA_002 if args.dimension == 1536 else MINILM)
-    write_files(args.folder, recipe, args.files, model)
+    write_files(args.folder, recipe, args.files, model, args.folders)
     (args.folder / "recipe.params").write_text(json.dumps(asdict(recipe)))
     return 0
 

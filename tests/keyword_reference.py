@@ -48,6 +48,27 @@ def bm25_scores(texts: Sequence[str], titles: Sequence[str], visible: Sequence[b
     return scores
 
 
+def query_norm(texts: Sequence[str], titles: Sequence[str], visible: Sequence[bool], question: str,
+               language: str = "english") -> float:
+    """|w|: the Euclidean norm of the question's weights over every term it says, a term no visible
+    bit holds weighing as one held by none (df 0)."""
+    bits = [bit_terms(text, title, language) for text, title in zip(texts, titles)]
+    seen = [row for row in range(len(bits)) if visible[row]]
+    said = Counter(analyzer(language).terms(question))
+    squares = 0.0
+    for term, count in said.items():
+        df = sum(1 for row in seen if term in bits[row])
+        squares += (count * math.log(1 + (len(seen) - df + 0.5) / (df + 0.5))) ** 2
+    return math.sqrt(squares)
+
+
+def keyword_scores(texts: Sequence[str], titles: Sequence[str], visible: Sequence[bool], question: str,
+                   language: str = "english") -> dict[int, float]:
+    """What the doors show for `bm25_scores`: min(1, BM25 / |w|), by row."""
+    norm = query_norm(texts, titles, visible, question, language)
+    return {row: min(1.0, score / norm) for row, score in bm25_scores(texts, titles, visible, question, language).items()}
+
+
 def ranked(scores: dict[int, float], keys: Sequence[int] | None = None) -> list[tuple[int, float]]:
     """Rows best first; equal scores in file order (`keys[row]`, else the row)."""
     return sorted(scores.items(), key=lambda item: (-item[1], item[0] if keys is None else keys[item[0]]))

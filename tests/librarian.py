@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from host.catalog.plan import SEGMENTS, read_plan
+
 TEST_MODEL = "test:unit-8"
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
 
@@ -75,3 +77,8 @@ def reference_budget(ranked_tokens: list[int], count: int, count_type: str = "to
     if taken == 0 and ranked_tokens:
         return 1, count
     return taken, None
+
+
+def segment_folder(cache: Path, name: str) -> Path:
+    """The folder of the segment serving library `name` in a compiled cache (host/catalog/plan.py)."""
+    return cache / SEGMENTS / read_plan(cache)[name].segment

@@ -21,7 +21,7 @@ from host.catalog.model_index import ModelIndex
 from host.library.embeddings import ADA_002
 from host.library.format import parse_library
 from host.search.engine import EXACT, Search, rank
-from host.store.compiled import SourceKey, file_sha256, open_compiled, write_compiled
+from host.store.compiled import SourceKey, file_sha256, open_segment, write_compiled
 
 NOBODY: frozenset[str] = frozenset()
 
@@ -56,7 +56,7 @@ def clustered_index(request: pytest.FixtureRequest, tmp_path_factory: pytest.Tem
     key = SourceKey(size=stat.st_size, mtime_ns=stat.st_mtime_ns, sha256=file_sha256(path))
     compiled = folder / ".compiled" / "clusters"
     write_compiled(parse_library(json.loads(path.read_text())), compiled, key, "clusters", cluster_from=1000)
-    index = ModelIndex.build((open_compiled(compiled, path),))
+    index = ModelIndex.of_segments((open_segment(compiled),))
     assert index.clusters is not None and index.clusters.count == 63  # sqrt(4000)
     return index
 

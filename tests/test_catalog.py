@@ -107,7 +107,7 @@ def test_every_bit_of_a_file_under_access_tag_is_tagged(publisher_folder):
     catalog = load(publisher_folder)
 
     drafts = catalog.library("access/unpublished/drafts")
-    assert drafts is not None and drafts.tags == ("", "unpublished")
+    assert drafts is not None and drafts.tags == ("unpublished",)
     assert drafts.visible_bit_count(frozenset()) == 0
     assert drafts.visible_bit_count(frozenset({"unpublished"})) == 2
     assert catalog.library("essays").visible_bit_count(frozenset()) == 2
@@ -158,7 +158,8 @@ def test_progress_says_compiled_then_opened(tmp_path):
     load(root, progress=said.append)
     load(root, progress=said.append)
 
-    assert said == [f"compiled essays: 3 bits, {TEST_MODEL}", f"opened essays: 3 bits, {TEST_MODEL}"]
+    assert said == [f"compiled essays: 3 bits, {TEST_MODEL}", "1 library in 1 segment, 1 compiled now",
+                    "1 library in 1 segment, none compiled"]
 
 
 def test_compiled_libraries_go_to_the_given_cache_dir(tmp_path):
@@ -167,7 +168,8 @@ def test_compiled_libraries_go_to_the_given_cache_dir(tmp_path):
 
     load(root, cache_dir=tmp_path / "cache")
 
-    assert (tmp_path / "cache" / "essays" / "meta.json").exists()
+    [segment] = (tmp_path / "cache" / "segments").iterdir()
+    assert (segment / "meta.json").exists() and (tmp_path / "cache" / "plan.json").exists()
     assert not (root / ".compiled").exists()
 
 
@@ -186,7 +188,7 @@ def test_libraries_are_grouped_by_embedding_model(tmp_path):
     unit = catalog.models[TEST_MODEL]
     assert [library.name for library in unit.libraries] == ["a", "b"]
     assert unit.dimension == 8 and unit.bit_count == 5
-    assert unit.offsets.tolist() == [0, 2, 5]
+    assert len(unit.segments) == 1 and unit.owners.tolist() == [0, 0, 1, 1, 1]  # small files share a segment
     assert catalog.models["other:model-4"].dimension == 4
 
 
@@ -196,10 +198,10 @@ def test_a_global_row_locates_its_library_and_row(tmp_path):
     library_file(root / "b.json", count=3, seed=1)
     index = load(root).models[TEST_MODEL]
 
-    library, row = index.locate(3)
+    segment, row = index.locate(3)
 
-    assert (library.name, row) == ("b", 1)
-    assert library.record(row)["info"]["url"] == "https://b.example/1"
+    assert index.library_of(3).name == "b"
+    assert segment.record(row)["info"]["url"] == "https://b.example/1"
 
 
 def test_a_library_with_no_bits_is_loaded_but_answers_nothing(tmp_path):
@@ -245,8 +247,10 @@ def test_the_same_bit_in_two_libraries_is_one_bit_and_the_first_wins(tmp_path):
     assert index.bit_count == 5
     visible = index.visible_rows(frozenset())
     assert visible.tolist() == [True, True, False, True, True]
-    kept = [index.locate(row) for row in np.flatnonzero(visible)]
-    assert [(library.name, row) for library, row in kept] == [("a", 0), ("a", 1), ("b", 1), ("b", 2)]
+    kept = [(index.library_of(row).name, index.locate(row)[0].record(index.locate(row)[1])["info"]["url"])
+            for row in np.flatnonzero(visible)]
+    assert kept == [("a", "https://a.example/0"), ("a", "https://a.example/1"), ("b", "https://b.example/1"),
+                    ("b", "https://b.example/2")]
 
 
 # ---- the real Polymath libraries ----------------------------------------------------------------
@@ -276,7 +280,7 @@ def test_real_version_0_library_keeps_its_content_order(fixtures_dir, tmp_path):
     library = catalog.library("polymath-v0-sample-content")
     urls = [library.record(row)["info"]["url"] for row in range(library.bit_count)]
     assert urls == [bit["info"]["url"] for bit in content.values()]
-    norms = np.linalg.norm(library.embeddings, axis=1)
+    norms = np.linalg.norm(library.segment.embeddings[library.rows()], axis=1)
     assert np.allclose(norms, 1, atol=1e-3)  # real ada-002 vectors, decoded the right way round
 
 

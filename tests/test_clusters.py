@@ -28,7 +28,7 @@ from host.search.engine import EXACT, Search, rank
 from host.search.query import Query, SearchPolicy, run_query
 from host.store import clusters
 from host.store.clusters import CLUSTER_FROM, plan_layout
-from host.store.compiled import CompiledLibrary, SourceKey, StoreError, file_sha256, open_compiled, write_compiled
+from host.store.compiled import Segment, SourceKey, StoreError, file_sha256, open_segment, write_compiled
 from host.web.responses import render_json
 
 DIMENSION = 32
@@ -52,17 +52,17 @@ def library_file(path: Path, vectors: np.ndarray, *, tags: list[str | None] | No
     return write_library(path, {"version": 1, "embedding_model": TEST_MODEL, "bits": bits})
 
 
-def compile_file(path: Path, cluster_from: int, folder: Path | None = None) -> CompiledLibrary:
+def compile_file(path: Path, cluster_from: int, folder: Path | None = None) -> Segment:
     """Compile `path` as the store does, with clusters from `cluster_from` bits."""
     folder = folder or path.parent / ".compiled" / path.stem
     stat = path.stat()
     key = SourceKey(size=stat.st_size, mtime_ns=stat.st_mtime_ns, sha256=file_sha256(path))
     write_compiled(parse_library(json.loads(path.read_text())), folder, key, path.stem, cluster_from=cluster_from)
-    return open_compiled(folder, path)
+    return open_segment(folder)
 
 
-def index_of(*libraries: CompiledLibrary) -> ModelIndex:
-    return ModelIndex.build(libraries)
+def index_of(*libraries: Segment) -> ModelIndex:
+    return ModelIndex.of_segments(libraries)
 
 
 def rendered(index: ModelIndex, query: np.ndarray, **arguments: Any) -> bytes:
@@ -144,12 +144,12 @@ def test_a_clustered_library_holds_every_bit_of_the_file_and_publishes_them_in_f
     library = compile_file(path, cluster_from=100)
 
     assert library.source_rows is not None and library.source_rows.tolist() != list(range(500))
-    file_rows = library.rows_in_file_order()
+    file_rows = library.stored_rows_in_file_order
     np.testing.assert_array_equal(library.embeddings[file_rows], parsed.embeddings)
     assert [library.bit_id(row) for row in file_rows.tolist()] == parsed.ids
     assert [library.record(row) for row in file_rows.tolist()] == parsed.records
     assert library.token_counts[file_rows].tolist() == parsed.token_counts.tolist()
-    published = publish_library(library, NOBODY)
+    published = publish_library(ModelIndex.of_segments((library,)).libraries[0], NOBODY)
     assert [bit["text"] for bit in published["bits"]] == [record["text"] for record in parsed.records]
 
 
@@ -163,7 +163,7 @@ def test_a_damaged_layout_is_refused(tmp_path: Path) -> None:
     np.save(folder / "source_rows.npy", damaged)
 
     with pytest.raises(StoreError, match="not a permutation"):
-        open_compiled(folder, path)
+        open_segment(folder)
 
 
 # ---- exact search is unchanged ------------------------------------------------------------------
@@ -192,9 +192,9 @@ def test_exact_ties_break_in_file_order_on_a_clustered_store(pair: tuple[ModelIn
 
 
 def make_bit_id(index: ModelIndex, file_row: int) -> str:
-    library = index.libraries[0]
-    stored = int(np.flatnonzero(library.source_rows == file_row)[0]) if library.source_rows is not None else file_row
-    return library.bit_id(stored)
+    segment = index.segments[0]
+    stored = int(np.flatnonzero(segment.source_rows == file_row)[0]) if segment.source_rows is not None else file_row
+    return segment.bit_id(stored)
 
 
 # ---- the cluster search ---------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from host.library.format import parse_library
 from host.search.cluster_scan import ClusterScan
 from host.search.engine import Search, rank
 from host.store.codes import CodedQuery, code_scale, encode
-from host.store.compiled import SourceKey, open_compiled, write_compiled
+from host.store.compiled import SourceKey, open_segment, write_compiled
 
 
 def test_every_value_is_within_half_a_step_of_its_level():
@@ -59,12 +59,12 @@ def clustered(tmp_path: Path) -> ModelIndex:
     path = write_library(tmp_path / "lib.json", make_library(clustered_vectors(3000, 16, seed=4)))
     write_compiled(parse_library(json.loads(path.read_text())), tmp_path / "compiled", SourceKey(0, 0, ""), "lib",
                    cluster_from=1000)
-    return ModelIndex.build((open_compiled(tmp_path / "compiled", path),))
+    return ModelIndex.of_segments((open_segment(tmp_path / "compiled"),))
 
 
 def test_a_clustered_library_is_scanned_through_its_codes_and_answers_with_exact_similarities(tmp_path):
     index = clustered(tmp_path)
-    library = index.libraries[0]
+    library = index.segments[0]
     query = np.asarray(index.gather(np.array([1234]))[0]) + 0.05 * np.random.default_rng(5).standard_normal(16)
     query = (query / np.linalg.norm(query)).astype(np.float32)
 

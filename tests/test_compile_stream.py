@@ -22,7 +22,7 @@ from host.library.format import library_problems, parse_library
 from host.library.problems import LibraryFormatError
 from host.library.stream import stream_library
 from host.store import text_process, writer
-from host.store.compiled import SourceKey, compile_library, file_sha256, load_library, open_compiled, write_compiled
+from host.store.compiled import SourceKey, compile_library, file_sha256, open_segment, write_compiled
 from host.store.progress import CompileProgress
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -61,12 +61,12 @@ def test_a_streamed_compile_is_byte_identical_to_compiling_the_parsed_file(tmp_p
     monkeypatch.setattr(stream, "CHUNK", chunk)
     source = write_library(tmp_path / "lib.json", mixed_library(dimension=dimension))
 
-    key = compile_library(source, tmp_path / "streamed", name="lib", cluster_from=1_000)
+    key = compile_library(source, tmp_path / "streamed", name="lib", cluster_from=1_000).source
     write_compiled(parse_library(json.loads(source.read_text())), tmp_path / "whole", key, "lib", cluster_from=1_000)
 
     assert key == SourceKey(source.stat().st_size, source.stat().st_mtime_ns, file_sha256(source))
     assert folder_files(tmp_path / "streamed") == folder_files(tmp_path / "whole")
-    compiled = open_compiled(tmp_path / "streamed", source)
+    compiled = open_segment(tmp_path / "streamed")
     assert compiled.bit_count == 1_300 and compiled.centroids is not None and compiled.tags == ("", "staff")
 
 
@@ -79,7 +79,7 @@ def test_records_read_whole_or_a_block_at_a_time_are_put_in_the_same_order(tmp_p
     monkeypatch.setattr(writer, "ROW_BLOCK", 100)
     compile_library(source, tmp_path / "blocks", name="lib", cluster_from=1_000)
     assert folder_files(tmp_path / "whole") == folder_files(tmp_path / "blocks")
-    records = open_compiled(tmp_path / "blocks", source)
+    records = open_segment(tmp_path / "blocks")
     assert records.bit_count == 1_300 and "Zürich" in "".join(records.record(row)["text"] for row in range(1_300))
 
 
@@ -87,7 +87,7 @@ def test_the_text_index_built_by_a_second_process_is_the_one_built_here(tmp_path
     monkeypatch.setattr(text_process, "PROCESS_FROM", 0)  # a child for any library...
     monkeypatch.setattr(text_process, "NOTIFY_EVERY", 4096)  # ...told of the records a few at a time
     source = write_library(tmp_path / "lib.json", mixed_library())
-    key = compile_library(source, tmp_path / "child", name="lib", cluster_from=1_000)
+    key = compile_library(source, tmp_path / "child", name="lib", cluster_from=1_000).source
 
     monkeypatch.setattr(text_process, "PROCESS_FROM", 1 << 40)
     compile_library(source, tmp_path / "here", name="lib", cluster_from=1_000)
@@ -236,15 +236,15 @@ def test_a_cut_short_replacement_leaves_the_previous_version_serving(tmp_path):
 
 def test_a_touched_file_is_not_compiled_again(tmp_path):
     source, _ = good_and_cut(tmp_path)
-    folder = tmp_path / "compiled"
-    load_library(source, folder, name="lib")
+    said: list[str] = []
+    load_catalog(source.parent, progress=said.append)
     stat = source.stat()
     source.touch()
     assert source.stat().st_mtime_ns != stat.st_mtime_ns
 
-    library, compiled_now = load_library(source, folder, name="lib")
+    catalog = load_catalog(source.parent, progress=said.append)
 
-    assert not compiled_now and library.source_key.mtime_ns == source.stat().st_mtime_ns
+    assert said[-1].endswith("none compiled") and catalog.libraries[0].source_key.mtime_ns == source.stat().st_mtime_ns
 
 
 # ---- memory ------------------------------------------------------------------------------------------------
@@ -283,7 +283,7 @@ def test_compiling_holds_far_less_than_the_file_or_its_vectors(tmp_path):
     vectors = bits * dimension * 4
     # Reading the whole file would hold it and its objects (~2x the file); a stream holds blocks.
     assert memory["peak"] - memory["before"] < 0.5 * vectors, (memory, vectors)
-    assert open_compiled(tmp_path / "compiled", source).bit_count == bits
+    assert open_segment(tmp_path / "compiled").bit_count == bits
 
 
 # ---- progress ----------------------------------------------------------------------------------------------
@@ -337,7 +337,7 @@ def test_the_compile_command_is_build_under_its_other_name(tmp_path):
                             text=True, cwd=PROJECT, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     assert "compiled lib: 40 bits" in result.stderr
-    assert open_compiled(source.parent / ".compiled" / "lib", source).bit_count == 40
+    assert load_catalog(source.parent).library("lib").bit_count == 40
 
 
 def test_the_reader_leaves_no_thread_behind(tmp_path):

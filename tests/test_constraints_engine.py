@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -12,7 +11,8 @@ from librarian import TEST_MODEL, reference_budget
 
 from host.catalog.model_index import ModelIndex
 from host.search.engine import SUBSET_SHARE, Search, rank
-from host.store.compiled import CompiledLibrary, SourceKey
+from host.store.compiled import Segment
+from host.store.members import Member, SourceKey, tag_rows
 from host.store.sign_codes import sign_codes
 
 DIMENSION = 8
@@ -20,19 +20,19 @@ TAGS = ("team", "board")
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def in_memory(name: str, vectors: np.ndarray, tokens: np.ndarray, tags: list[str | None]) -> CompiledLibrary:
+def in_memory(name: str, vectors: np.ndarray, tokens: np.ndarray, tags: list[str | None]) -> Segment:
     """Only what ranking reads; rank() never looks at records or the text index."""
     bits = len(vectors)
     names = ("", *sorted({tag for tag in tags if tag}))
-    return CompiledLibrary(
-        name=name, source=Path(f"{name}.json"), embedding_model=TEST_MODEL,
+    return Segment(
+        name=name, embedding_model=TEST_MODEL,
         embeddings=np.ascontiguousarray(vectors, dtype=np.float32).reshape(bits, DIMENSION),
         token_counts=tokens.astype(np.int32),
         tag_ids=np.array([names.index(tag or "") for tag in tags], dtype=np.uint16), tags=names,
         ids=np.array([hashlib.sha256(f"{name}/{row}".encode()).digest() for row in range(bits)], dtype="S32"),
         sign_codes=sign_codes(np.asarray(vectors, dtype=np.float32).reshape(bits, DIMENSION)),
         records=np.zeros(0, dtype=np.uint8), record_offsets=np.zeros(bits + 1, dtype=np.int64),
-        details={}, source_key=SourceKey(0, 0, ""),
+        members=(Member(name, SourceKey(0, 0, ""), 0, bits, tag_rows=tag_rows(names, tags)),),
     )
 
 
@@ -46,7 +46,7 @@ def cases(draw: st.DrawFn) -> tuple[ModelIndex, np.ndarray, np.ndarray, list[str
     split = draw(st.integers(0, bits))
     libraries = tuple(in_memory(f"lib{number}", vectors[part], tokens[part], tags[part.start:part.stop])
                       for number, part in enumerate((slice(0, split), slice(split, bits))) if part.stop > part.start)
-    return ModelIndex.build(libraries), vectors, tokens, tags
+    return ModelIndex.of_segments(libraries), vectors, tokens, tags
 
 
 queries = st.lists(st.integers(-3, 3), min_size=DIMENSION, max_size=DIMENSION).map(lambda q: np.array(q, np.float32))
@@ -113,7 +113,7 @@ def test_a_constraint_never_widens_what_the_caller_sees(
 
 def test_the_cached_visibility_mask_is_never_written_to() -> None:
     vectors = np.eye(DIMENSION, dtype=np.float32)
-    index = ModelIndex.build((in_memory("lib", vectors, np.full(DIMENSION, 5), ["team", *[None] * 7]),))
+    index = ModelIndex.of_segments((in_memory("lib", vectors, np.full(DIMENSION, 5), ["team", *[None] * 7]),))
     before = index.visible_rows(frozenset()).copy()
     rank(index, vectors[1], granted=frozenset(), count=3, count_type="bit", constraint=np.zeros(DIMENSION, bool))
     np.testing.assert_array_equal(index.visible_rows(frozenset()), before)
@@ -121,7 +121,7 @@ def test_the_cached_visibility_mask_is_never_written_to() -> None:
 
 def test_a_threshold_above_every_score_returns_nothing_even_for_a_token_budget() -> None:
     vectors = np.eye(DIMENSION, dtype=np.float32)
-    index = ModelIndex.build((in_memory("lib", vectors, np.full(DIMENSION, 50), [None] * DIMENSION),))
+    index = ModelIndex.of_segments((in_memory("lib", vectors, np.full(DIMENSION, 50), [None] * DIMENSION),))
     assert rank(index, vectors[0], granted=frozenset(), count=10, count_type="token",
                 similarity_threshold=1.5).rows.tolist() == []
     cut = rank(index, vectors[0], granted=frozenset(), count=10, count_type="token", similarity_threshold=0.5)

@@ -11,11 +11,11 @@ from constraint_reference import matches
 from librarian import TEST_MODEL, b64, unit_vectors, write_library
 
 from host.catalog.generations import load_catalog
-from host.catalog.model_index import ModelIndex
+from host.catalog.plan import SEGMENTS, read_plan
 from host.constraints import parse_constraint, parse_metadata_condition
 from host.constraints.text_index import BLOB, LAYOUT
 from host.search.model_text import constraint_mask
-from host.store.compiled import STORE_FORMAT, load_library
+from host.store.compiled import STORE_FORMAT
 
 TEXTS = [
     ("In the beginning God created the heaven and the earth.", "Genesis 1", "https://ex.org/gen/1"),
@@ -45,16 +45,18 @@ def catalog(tmp_path: Path):
 
 
 def records_of(catalog) -> list[tuple[dict, str]]:
-    return [(library.record(row), library.name) for library in catalog.models[TEST_MODEL].libraries
-            for row in range(library.bit_count)]
+    """Every row of the model's index in order: its record and its library's name."""
+    index = catalog.models[TEST_MODEL]
+    return [(index.locate(row)[0].record(index.locate(row)[1]), index.library_of(row).name)
+            for row in range(index.bit_count)]
 
 
 def test_the_text_index_is_written_with_the_library_and_opened_memory_mapped(catalog, tmp_path: Path) -> None:
-    folder = tmp_path / "compiled" / "psalms"
+    folder = tmp_path / "compiled" / SEGMENTS / read_plan(tmp_path / "compiled")["psalms"].segment
     assert (folder / BLOB).is_file() and (folder / LAYOUT).is_file()
     assert json.loads((folder / "meta.json").read_text())["store_format"] == STORE_FORMAT
-    index = catalog.library("psalms").text_index
-    assert index is not None and index.rows == 2
+    index = catalog.library("psalms").segment.text_index
+    assert index is not None and index.rows == 4  # the two small files share a segment
     for array in (index.words["text"].positions, index.values["title"].value_ids):
         while array is not None and not isinstance(array, np.memmap):
             array = array.base
@@ -82,13 +84,10 @@ def test_metadata_conditions_over_compiled_libraries(catalog) -> None:
     lambda folder: (folder / LAYOUT).write_text(json.dumps({"bytes": 0, "arrays": {}})),
 ])
 def test_a_damaged_text_index_is_rebuilt_not_trusted(tmp_path: Path, damage) -> None:
-    source = write_library(tmp_path / "lib.json", library_file(TEXTS))
-    folder = tmp_path / ".compiled" / "lib"
-    load_library(source, folder, name="lib")
-    damage(folder)
-    source.touch()  # a changed mtime makes the store look again
-    library, compiled_now = load_library(source, folder, name="lib")
-    assert compiled_now
-    assert library.text_index is not None
-    index = ModelIndex.build((library,))
+    write_library(tmp_path / "lib.json", library_file(TEXTS))
+    load_catalog(tmp_path)
+    damage(tmp_path / ".compiled" / SEGMENTS / read_plan(tmp_path / ".compiled")["lib"].segment)
+    said: list[str] = []
+    index = load_catalog(tmp_path, progress=said.append).models[TEST_MODEL]
+    assert said[0] == f"compiled lib: 4 bits, {TEST_MODEL}"  # a segment that cannot be opened is compiled again
     assert constraint_mask(parse_constraint('"the earth"'), index).tolist() == [True, True, False, True]

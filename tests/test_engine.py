@@ -89,8 +89,9 @@ def test_global_rows_run_through_the_libraries_in_name_order(tmp_path: Path) -> 
     vectors = unit_vectors(6, DIMENSION, seed=9)
     index = load_index(tmp_path, {"b": library(vectors[2:], first=2), "a": library(vectors[:2])})
 
-    assert [(lib.name, local) for lib, local in map(index.locate, range(6))] == [
-        ("a", 0), ("a", 1), ("b", 0), ("b", 1), ("b", 2), ("b", 3)]
+    assert [index.library_of(row).name for row in range(6)] == ["a", "a", "b", "b", "b", "b"]
+    assert [index.locate(row)[0].record(index.locate(row)[1])["info"]["url"] for row in range(6)] == [
+        f"https://example.com/{row}" for row in range(6)]
 
 
 def test_equal_similarities_are_ordered_by_row(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """The manual's tutorial (docs/getting-started.md) works as written: every shell block, run in order
-in one shell in an empty folder, succeeds, and says what the page shows it saying.
+in one shell in an empty folder, succeeds, and says what the page shows it saying. And the README's
+first taste answers the sample library's questions as the README says it does.
 
 The page is a newcomer's first ten minutes, so it cannot be allowed to rot. Its blocks are run as
 they are, with two differences, both said here: the install block (titled "Install") is not run,
@@ -11,6 +12,7 @@ block is that block's output: each of its lines must appear in what the block pr
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -18,6 +20,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from sample_host import serve_sample
 
 from host.service.harness import child_environment, free_port
 
@@ -94,3 +98,28 @@ def test_every_shell_block_of_getting_started_runs_and_answers_as_shown(tmp_path
 def _part(output: str, index: int) -> str:
     start = output.find(SEPARATOR.format(index - 1)) + len(SEPARATOR.format(index - 1)) if index else 0
     return output[start:output.index(SEPARATOR.format(index))]
+
+
+# ---- the README's first taste, against the sample library ----------------------------------------------
+
+
+def test_the_readmes_first_taste_answers_as_the_readme_says(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    taste = readme[readme.index("## A first taste"):]
+    lines = FENCE.search(taste)["body"].strip().splitlines()  # type: ignore[index]
+    assert len(lines) == 4 and all(line.startswith("curl ") for line in lines)
+    with serve_sample(tmp_path) as sample:
+        port = sample.url.rsplit(":", 1)[1]
+        said = [subprocess.run(["bash", "-c", line.replace("8080", port)], capture_output=True, text=True,
+                               timeout=60, check=True).stdout for line in lines]
+    listed = json.loads(said[0])["libraries"]
+    assert [(entry["name"], entry["bits"], entry["embedding_model"]) for entry in listed] \
+        == [("sample", 386, "sentence-transformers:all-MiniLM-L6-v2")]
+    assert said[1].startswith("[1] Jonah 1:11-17 (King James Version)\nSource: ")
+    assert [bit["info"]["title"] for bit in json.loads(said[2])["bits"]] \
+        == ["Genesis 5:23-32 (King James Version)", "Genesis 5:11-22 (King James Version)"]
+    answer = json.loads(said[3])
+    assert answer["bits"] and all("Jonah" in bit["info"]["title"] and "similarity" in bit for bit in answer["bits"])
+    assert sum(bit["token_count"] for bit in answer["bits"]) <= 500
+    assert [bit["similarity"] for bit in answer["bits"]] == sorted((bit["similarity"] for bit in answer["bits"]),
+                                                                   reverse=True)

@@ -25,7 +25,7 @@ import httpx
 import numpy as np
 import pytest
 from conftest import PROJECT, RunningHost, start_host, stop_host
-from librarian import TEST_MODEL, b64, unit_vectors, write_library
+from librarian import TEST_MODEL, b64, segment_folder, unit_vectors, write_library
 
 INTERVAL = "0.2"
 DIMENSION = 8
@@ -236,30 +236,29 @@ def test_reloads_leave_no_temporary_folders_in_the_compiled_cache(publishing: tu
         write_library(folder / "churn.json", versioned_library("churn", version))
         wait_until(lambda v=version: versions_served(host.url, "churn") == {f"churn version {v}"})
     assert leftover_temporary_folders(folder / ".compiled") == []
-    assert sorted(path.name for path in (folder / ".compiled" / "churn").iterdir()) == [
+    assert sorted(path.name for path in segment_folder(folder / ".compiled", "churn").iterdir()) == [
         "embeddings.npy", "id_heads.npy", "ids.npy", "meta.json", "record_offsets.npy", "records.bin",
         "sign_codes.npy", "tag_ids.npy", "text_index.bin", "text_index.json", "token_counts.npy"]
 
 
-def test_a_corrupt_compiled_cache_is_rebuilt_on_the_next_load_while_serving(
+def test_a_corrupt_compiled_cache_under_a_running_server_changes_nothing_it_serves(
     publishing: tuple[RunningHost, Path]
 ) -> None:
     host, folder = publishing
     path = write_library(folder / "cached.json", versioned_library("cached", 1, bits=5))
     wait_until(lambda: versions_served(host.url, "cached") == {"cached version 1"})
-    embeddings = folder / ".compiled" / "cached" / "embeddings.npy"
+    embeddings = segment_folder(folder / ".compiled", "cached") / "embeddings.npy"
     # Corrupt it beside the live file and rename over it, as a disk error might leave it; the
-    # running server's memory map keeps the old inode, so only the next load sees the damage.
+    # running server's memory map keeps the old inode: it serves on, and never opens it again (a
+    # worker starting later rebuilds it: the next test).
     damaged = embeddings.with_name("damaged.tmp")
     damaged.write_bytes(embeddings.read_bytes()[:100])
     damaged.rename(embeddings)
     later = time.time_ns() + 2_000_000_000
-    os.utime(path, ns=(later, later))  # touched, same content: the next load opens the compiled folder
+    os.utime(path, ns=(later, later))  # touched, same content: a reload, the segment kept as it is
 
-    wait_until(lambda: "rebuilding" in host.log() and str(embeddings.parent) in host.log(),
-               what="the corrupt folder being rebuilt")
-    wait_until(lambda: (embeddings.stat().st_size > 100) or None, what="a rebuilt embeddings.npy")
-    assert versions_served(host.url, "cached") == {"cached version 1"}
+    wait_until(lambda: generation(host.url) > 1 and versions_served(host.url, "cached") == {"cached version 1"},
+               what="the reload after the touch")
     assert top_bit(host.url, query_vector_of("cached", 4))["text"] == "cached version 1 bit 4"
 
 
@@ -271,14 +270,15 @@ def test_a_truncated_compiled_cache_is_rebuilt_at_start_not_trusted(
     first = run_host(folder)
     assert top_bit(first.url, query_vector_of("cold", 2))["text"] == "cold version 1 bit 2"
     stop_host(first)
-    embeddings = folder / ".compiled" / "cold" / "embeddings.npy"
+    embeddings = segment_folder(folder / ".compiled", "cold") / "embeddings.npy"
     with embeddings.open("r+b") as handle:
         handle.truncate(embeddings.stat().st_size // 2)
 
     second = run_host(folder)
 
     assert "rebuilding" in second.log() and "compiled cold" in second.log(), second.log()
-    assert np.load(embeddings).shape == (5, DIMENSION)
+    assert not embeddings.exists()  # the damaged segment is gone, its library compiled into a new one
+    assert np.load(segment_folder(folder / ".compiled", "cold") / "embeddings.npy").shape == (5, DIMENSION)
     for row in range(5):
         assert top_bit(second.url, query_vector_of("cold", row))["text"] == f"cold version 1 bit {row}"
 
@@ -317,40 +317,38 @@ def test_sighup_reloads_at_once(run_host: Callable[..., RunningHost], tmp_path: 
     assert host.process.poll() is None
 
 
-def test_a_file_replaced_while_it_is_compiled_is_never_cached_under_another_versions_hash(
+def test_a_file_replaced_while_it_is_hashed_is_never_planned_under_another_versions_hash(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A publisher writes between the compiler's hash and its parse; later it rolls back to the first bytes.
+    """A publisher writes while a touched file is hashed; later it rolls back to the first bytes.
 
-    The compiled folder must never pair one version's hash with another's content: else the
-    rollback (same bytes as the hash) would be taken as unchanged and the wrong version served.
+    The plan must never pair one version's content with another's size and time: else the new
+    version would be taken as unchanged (or the rollback served as the second version).
     """
-    from host.store import compiled as store
+    from host.catalog import generations
+    from host.catalog.generations import load_catalog
 
     source = write_library(tmp_path / "race.json", versioned_library("race", 1))
     first_bytes = source.read_bytes()
-    folder = tmp_path / ".compiled" / "race"
-    hash_of = store.file_sha256
+    load_catalog(tmp_path)
+    later = time.time_ns() + 2_000_000_000
+    os.utime(source, ns=(later, later))  # touched: the next load hashes it
+    hash_of = generations.file_sha256
 
     def hash_then_a_publisher_writes(path: Path) -> str:
         digest = hash_of(path)
-        write_library(path, versioned_library("race", 2))
+        write_library(path, versioned_library("race", 2))  # the same size, another time
         return digest
 
-    monkeypatch.setattr(store, "file_sha256", hash_then_a_publisher_writes)
-    try:
-        library, _ = store.load_library(source, folder, name="race")
-        assert library.source_key.sha256 == hash_of(source), "compiled content filed under another version's hash"
-    except OSError:
-        pass  # refused for now: the next poll reads it again
+    monkeypatch.setattr(generations, "file_sha256", hash_then_a_publisher_writes)
+    load_catalog(tmp_path)
     monkeypatch.undo()
 
+    assert load_catalog(tmp_path).library("race").record(0)["text"] == "race version 2 bit 0"
     source.write_bytes(first_bytes)  # the rollback: version 1's bytes, a new mtime
-    later = time.time_ns() + 2_000_000_000
-    os.utime(source, ns=(later, later))
-    library, _ = store.load_library(source, folder, name="race")
-
-    assert library.record(0)["text"] == "race version 1 bit 0"
+    even_later = later + 2_000_000_000
+    os.utime(source, ns=(even_later, even_later))
+    assert load_catalog(tmp_path).library("race").record(0)["text"] == "race version 1 bit 0"
 
 
 def test_a_file_published_while_the_server_was_still_loading_is_picked_up(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import httpx
 import msgpack
 import numpy as np
 import pytest
-from librarian import TEST_MODEL, b64, brute_force_ranking, make_bit, unit_vectors, write_library
+from librarian import TEST_MODEL, b64, brute_force_ranking, make_bit, segment_folder, unit_vectors, write_library
 from starlette.applications import Starlette
 
 from access import AccessControl
@@ -513,7 +513,7 @@ async def test_an_internal_failure_is_a_500_without_a_traceback(tmp_path: Path) 
     app = Host(tmp_path).app()
     # Corrupt the compiled records under the running app, in place (same size, so the
     # memory map stays valid): every record now fails to decode.
-    records = tmp_path / "compiled" / "science" / "records.bin"
+    records = segment_folder(tmp_path / "compiled", "science") / "records.bin"
     records.write_bytes(b"\xc1" * records.stat().st_size)
 
     async with connect(app, raise_app_exceptions=False) as client:

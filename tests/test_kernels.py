@@ -160,7 +160,7 @@ def clustered_index(tmp_path_factory: pytest.TempPathFactory) -> tuple[ModelInde
     vectors[800:820] = vectors[5]  # ties that only file order breaks
     tags = ["team" if row % 4 == 1 else None for row in range(1500)]
     library = compile_file(library_file(folder / "lib.json", vectors, tags=tags), cluster_from=100)
-    return ModelIndex.build((library,)), vectors
+    return ModelIndex.of_segments((library,)), vectors
 
 
 def answers(index: ModelIndex, queries: np.ndarray) -> list[tuple[list[int], list[float]]]:

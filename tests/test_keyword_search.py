@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from keyword_reference import bm25_scores, ranked
+from keyword_reference import bm25_scores, keyword_scores, query_norm, ranked
 from librarian import b64, exact_dot_products, unit_vectors, write_library
 
 from access import ANONYMOUS, Grant
@@ -16,7 +16,7 @@ from host.catalog.generations import load_catalog
 from host.catalog.model_index import ModelIndex
 from host.constraints import parse_constraint
 from host.search.fusion import POOL, fuse
-from host.search.keywords import MOST_TERMS, weigh
+from host.search.keywords import MOST_TERMS, keyword_score, weigh
 from host.search.query import Query, SearchPolicy, run_query
 
 POLICY = SearchPolicy(mode="exact")
@@ -67,8 +67,9 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> ModelIndex:
 
 
 def texts_and_titles(index: ModelIndex) -> tuple[list[str], list[str], list[str]]:
-    records = [library.record(row) for library in index.libraries for row in range(library.bit_count)]
-    ids = [library.bit_id(row) for library in index.libraries for row in range(library.bit_count)]
+    located = [index.locate(row) for row in range(index.bit_count)]
+    records = [segment.record(local) for segment, local in located]
+    ids = [segment.bit_id(local) for segment, local in located]
     return [record["text"] for record in records], [record["info"].get("title", "") for record in records], ids
 
 
@@ -96,8 +97,11 @@ def test_keyword_scores_are_bm25_over_the_bits_the_caller_may_see(mixed: ModelIn
     visible = mixed.visible_rows(grant.access_tags)
     seen = [True] * len(texts) if visible is None else visible.tolist()
     selection = ask(mixed, question, grant=grant)
-    expected = ranked(bm25_scores(texts, titles, seen, question))[:10]
-    assert list(zip(selection.rows.tolist(), selection.ranks.tolist())) == expected
+    expected = ranked(bm25_scores(texts, titles, seen, question))[:10]  # ranked by BM25...
+    shown = keyword_scores(texts, titles, seen, question)  # ...each scored min(1, BM25 / |w|)
+    assert selection.rows.tolist() == [row for row, _ in expected]
+    assert selection.ranks.tolist() == [shown[row] for row, _ in expected]
+    assert selection.best_score == shown[expected[0][0]]
     assert selection.scores is None  # no vector was asked for: no similarity to report
 
 
@@ -158,25 +162,42 @@ def test_a_query_of_many_keywords_keeps_its_rarest_and_says_so(tmp_path: Path) -
 # ---- hybrid ranking --------------------------------------------------------------------------------------
 
 
-def test_fusion_normalizes_each_score_over_the_pool_and_weighs_them() -> None:
-    fused, keyword = fuse(np.array([0.9, 0.5, 0.1], np.float32), np.array([0.0, 4.0, 2.0]), 0.5)
-    assert keyword.tolist() == [0.0, 1.0, 0.5]
-    np.testing.assert_allclose(fused, [0.5, 0.5 * 0.5 + 0.5, 0.25], rtol=1e-7)
-    equal, _ = fuse(np.array([0.3, 0.3], np.float32), np.array([1.0, 1.0]), 0.25)
-    assert equal.tolist() == [1.0, 1.0]  # nothing to tell them apart
+def test_fusion_weighs_the_similarity_clipped_to_0_1_and_the_keyword_score() -> None:
+    fused = fuse(np.array([0.9, 0.5, -0.2, 1.0000001], np.float32), np.array([0.0, 1.0, 0.5, 1.0]), 0.25)
+    np.testing.assert_allclose(fused, [0.75 * 0.9, 0.75 * 0.5 + 0.25, 0.25 * 0.5, 1.0], rtol=1e-7)
+
+
+def test_a_keyword_score_is_bm25_over_the_norm_of_the_querys_weights_at_most_one(public: ModelIndex) -> None:
+    texts, titles, _ = texts_and_titles(public)
+    question = "Jonah fish whale"  # no verse says whale: it weighs in the norm as a word held by none
+    norm = query_norm(texts, titles, [True] * 10, question)
+    weighted = weigh(public, question, frozenset())
+    assert weighted.norm == pytest.approx(norm, rel=1e-12) and weighted.terms == ("fish", "jonah")
+    assert weighted.norm > float(np.sqrt((weighted.weights ** 2).sum()))
+    np.testing.assert_allclose(keyword_score(weighted, np.array([0.0, norm / 2, norm * 3])), [0.0, 0.5, 1.0])
+
+
+def test_scores_do_not_depend_on_the_other_bits_of_the_answer(public: ModelIndex) -> None:
+    everything = ask(public, "Jonah fish", "hybrid")
+    scored = dict(zip(everything.rows.tolist(), everything.ranks.tolist()))
+    for constraint in ("belly", "LORD", "NOT Jonah"):
+        narrowed = ask(public, "Jonah fish", "hybrid", constraint=parse_constraint(constraint))
+        assert len(narrowed.rows) and narrowed.ranks.tolist() == [scored[row] for row in narrowed.rows.tolist()]
+    assert ask(public, "Jonah fish", "hybrid", count=2).ranks.tolist() == everything.ranks[:2].tolist()
 
 
 def test_hybrid_ranks_every_pool_bit_by_the_fused_score_and_reports_its_similarity(public: ModelIndex) -> None:
     vector = unit_vectors(1, 8, 99)[0]
     selection = ask(public, "Jonah fish", "hybrid")
     texts, titles, _ = texts_and_titles(public)
-    keyword = bm25_scores(texts, titles, [True] * 10, "Jonah fish")
-    similarity = exact_dot_products(np.concatenate([lib.embeddings for lib in public.libraries]), vector)
-    fused, _ = fuse(similarity, np.array([keyword.get(row, 0.0) for row in range(10)]), 0.5)  # the pool: every bit
+    keyword = keyword_scores(texts, titles, [True] * 10, "Jonah fish")
+    similarity = exact_dot_products(public.gather(np.arange(public.bit_count)), vector)
+    fused = fuse(similarity, np.array([keyword.get(row, 0.0) for row in range(10)]), 0.5)  # the pool: every bit
     expected = sorted(range(10), key=lambda row: (-fused[row], -similarity[row], row))
     assert selection.rows.tolist() == expected
     assert selection.scores.tolist() == similarity[expected].tolist()
     np.testing.assert_allclose(selection.ranks, fused[expected], rtol=1e-12)
+    assert selection.best_score == selection.ranks[0]
     assert POOL > 10  # the pool held every bit
 
 
@@ -209,9 +230,43 @@ def test_a_similarity_threshold_filters_the_fused_ranking_without_reordering_it(
 def test_a_score_threshold_keeps_only_bits_ranked_at_least_that_high(public: ModelIndex) -> None:
     everything = ask(public, "Jonah fish", "keyword")
     cut = float(everything.ranks[2])
-    assert ask(public, "Jonah fish", "keyword", score_threshold=cut).rows.tolist() == everything.rows[:3].tolist()
-    fused = ask(public, "Jonah fish", "hybrid", score_threshold=0.5)
-    assert len(fused.rows) and all(score >= 0.5 for score in fused.ranks.tolist())
+    assert ask(public, "Jonah fish", "keyword", score_threshold=cut).rows.tolist() == \
+        [row for row, score in zip(everything.rows.tolist(), everything.ranks.tolist()) if score >= cut]
+    fused = ask(public, "Jonah fish", "hybrid")
+    cut = float(fused.ranks[3])
+    above = ask(public, "Jonah fish", "hybrid", score_threshold=cut)
+    assert above.rows.tolist() == fused.rows[:4].tolist() and above.ranks.tolist() == fused.ranks[:4].tolist()
+
+
+def test_a_thresholded_hybrid_answer_holds_every_bit_reaching_the_threshold_beyond_the_pool(tmp_path: Path) -> None:
+    # 400 bits, most holding a word of the question. A threshold that keeps fewer bits than the budget
+    # asks for must bring every one that reaches it, whichever side would have found it; the pool
+    # stops growing once no bit outside it could reach the threshold.
+    words = ["fish", "sea", "ship", "storm", "lot", "prophet", "city", "whale"]
+    rng = np.random.default_rng(7)
+    texts = [" ".join(rng.choice(words, int(rng.integers(1, 6)))) for _ in range(400)]
+    write_library(tmp_path / "many.json", library(texts, 8))
+    (index,) = load_catalog(tmp_path).models.values()
+    everything = ask(index, "fish storm whale", "hybrid", count=400)  # the pool: every bit
+    assert len(everything.rows) == 400
+    for threshold, kept_count in ((0.35, 63), (0.5, 16), (0.9, 0)):
+        kept = [row for row, score in zip(everything.rows.tolist(), everything.ranks.tolist()) if score >= threshold]
+        cut = ask(index, "fish storm whale", "hybrid", count=100, score_threshold=threshold)
+        assert len(kept) == kept_count and cut.rows.tolist() == kept and cut.best_score == everything.best_score
+    filled = ask(index, "fish storm whale", "hybrid", count=100, score_threshold=0.2)
+    assert len(filled.rows) == 100 and min(filled.ranks.tolist()) >= 0.2
+
+
+@pytest.mark.parametrize("mode", ["vector", "keyword", "hybrid"])
+def test_a_threshold_above_every_score_answers_nothing_and_still_tells_the_best_score(public: ModelIndex,
+                                                                                     mode: str) -> None:
+    everything = ask(public, "Jonah fish", mode)
+    best = everything.best_score
+    assert best is not None and best == (everything.scores if mode == "vector" else everything.ranks)[0]
+    for budget in ({"count": 10, "count_type": "bit"}, {"count": 1000, "count_type": "token"}):
+        nothing = ask(public, "Jonah fish", mode, score_threshold=best + 1e-6, **budget)  # float32 similarities
+        assert nothing.rows.tolist() == [] and nothing.best_score == best
+    assert ask(public, "Jonah fish", mode, score_threshold=best).rows[:1].tolist() == everything.rows[:1].tolist()
 
 
 def test_restricted_bits_are_counted_by_keywords_as_if_every_tag_were_granted(mixed: ModelIndex) -> None:
@@ -250,3 +305,22 @@ def test_keywords_no_visible_bit_holds_are_told_apart_from_none_at_all(mixed: Mo
     assert ask(mixed, "whale", mode).notes == (f"no bit you may see holds a keyword of the query: {then}",)  # a draft's
     assert ask(mixed, "to be or not", mode).notes == (
         f"the query has no keyword (only stop words or punctuation): {then}",)
+
+
+@pytest.mark.parametrize("mode", ["keyword", "hybrid"])
+def test_one_library_chosen_among_many_is_ranked_as_the_postings_would_rank_it(
+        tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chosen library's few rows are scored one by one: the same rows and scores as the postings give."""
+    from host.search import keywords
+
+    for number in range(5):
+        write_library(tmp_path / f"writer{number}.json", library(PUBLIC_TEXTS, 10 + number))
+    (index,) = load_catalog(tmp_path).models.values()
+    assert len(index.segments) == 1 and len(index.libraries) == 5
+    question = "great fish Nineveh LORD"
+    chosen = ask(index, question, mode, libraries=frozenset({"writer3"}))
+    monkeypatch.setattr(keywords, "SUBSET_ROWS", 0)  # the postings of the whole model, masked
+    through_postings = ask(index, question, mode, libraries=frozenset({"writer3"}))
+    assert chosen.rows.tolist() == through_postings.rows.tolist() and len(chosen.rows)
+    assert chosen.ranks.tolist() == through_postings.ranks.tolist()
+    assert {index.library_of(row).name for row in chosen.rows.tolist()} == {"writer3"}

@@ -48,7 +48,11 @@ def test_the_compiled_postings_are_built_in_ci() -> None:
 
 def test_english_terms_are_stemmed_words_without_stop_words_or_lone_letters() -> None:
     assert analyzer().terms("The LORD's prophets, and Jonah's fishes: isn't it 5 a.m.?") == [
-        "lord", "prophet", "jonah", "fish", "isn", "5"]
+        "lord", "prophet", "jonah", "fish", "5"]
+
+
+def test_english_drops_nltks_stop_words_question_words_and_pronouns_included() -> None:
+    assert analyzer().terms("What did you do with which fish, and why were they theirs?") == ["fish"]
 
 
 def test_a_query_that_says_a_term_twice_keeps_both() -> None:
@@ -115,6 +119,20 @@ def test_postings_hold_each_rows_terms_how_often_and_of_which_tag(way: str) -> N
     assert index.lengths.tolist() == [4, 1, 2]  # "the" is a stop word
     assert index.tag_rows.tolist() == [1, 2] and index.tag_lengths.tolist() == [4, 3]
     assert index.find("the") is None and index.find("nineveh") is None
+
+
+def test_counts_of_many_tags_are_kept_sparse_and_add_up_per_tag(way: str) -> None:
+    # A segment packing many publishers' libraries has a tag per publisher: 3,000 tags, a row each.
+    rows = 3_000
+    texts = ["whale" if row % 3 else "whale fish" for row in range(rows)]
+    tags = np.arange(rows, dtype=np.uint16) % 3_000
+    index = keyword_index_in_memory(texts, [""] * rows, tags)
+    whale, fish = index.find("whale"), index.find("fish")
+    assert whale is not None and fish is not None
+    assert index.rows_holding(whale, None) == rows and index.rows_holding(fish, None) == rows // 3
+    assert index.rows_holding(whale, np.array([0])) == 1  # the public row alone
+    assert index.rows_holding(fish, np.array([0, 3, 4, 5, 2_999])) == 2  # rows 0 and 3 (fish is in every third row)
+    assert len(index.tag_term_tags) == rows - 1 + rows // 3 - 1  # one count per (term, tag) held, public aside
 
 
 def test_a_block_bound_is_at_least_every_score_of_its_block(way: str) -> None:
@@ -202,7 +220,8 @@ def test_postings_that_disagree_with_their_offsets_are_refused() -> None:
     index = keyword_index_in_memory(["whale sea", "fish"], ["", ""])
     arrays = {f"keywords.{name}": getattr(index, attribute) for name, attribute in [
         ("terms", "terms"), ("term_bytes", "term_bytes"), ("term_offsets", "term_offsets"), ("rows", "posting_rows"),
-        ("frequencies", "frequencies"), ("lengths", "lengths"), ("tag_rows_of_term", "tag_rows_of_term"),
+        ("frequencies", "frequencies"), ("lengths", "lengths"), ("public_rows_of_term", "public_rows_of_term"),
+        ("tag_term_offsets", "tag_term_offsets"), ("tag_term_tags", "tag_term_tags"), ("tag_term_rows", "tag_term_rows"),
         ("tag_rows", "tag_rows"), ("tag_lengths", "tag_lengths"), ("block_offsets", "block_offsets"),
         ("block_last", "block_last"), ("block_bound", "block_bound")]}
     arrays["keywords.stored_rows"] = np.zeros(0, np.int32)  # rows stored as in the file

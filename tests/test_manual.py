@@ -34,6 +34,7 @@ from host.cli import build_parser
 from host.embedders.service import Embedders
 from host.service.settings import Settings
 from host.web.app import create_app
+from host.web.dialects.openai_vector_stores import REFUSED
 from host.web.openapi import OPENAPI
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -47,7 +48,8 @@ THE_TWO_COMMANDS = (
     "python3 -m venv .venv && .venv/bin/pip install -e '.[embed,mcp]' && .venv/bin/polymath-host serve",
     "python3 -m venv .venv && .venv/bin/pip install -e '.[test]' && .venv/bin/python -m pytest",
 )
-# The page's own assets: part of the page (GET /), not an endpoint of their own.
+# The page's own assets: part of the page (GET /), not an endpoint of their own. Routes named REFUSED
+# only answer 405 to OpenAI's write operations (the OpenAI chapter says so): not operations of the host.
 UNDOCUMENTED_MOUNTS = ("/static",)
 
 
@@ -138,7 +140,7 @@ def _routes(routes: list[Any], prefix: str = "") -> Iterator[tuple[str, str]]:
             if prefix + route.path in UNDOCUMENTED_MOUNTS:
                 continue
             yield from _routes(list(route.routes), prefix + route.path)
-        elif isinstance(route, Route):
+        elif isinstance(route, Route) and route.name != REFUSED:
             for method in route.methods or ():
                 if method != "HEAD":
                     yield method.lower(), prefix + route.path_format

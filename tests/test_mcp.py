@@ -91,8 +91,8 @@ async def test_the_client_lists_both_tools_with_their_arguments(served: Served) 
 
     assert sorted(tools) == ["libraries", "search"]
     search = tools["search"]
-    assert set(search.input_schema["properties"]) == {"query", "count", "count_type", "library",
-                                                       "similarity_threshold", "constraint", "mode", "keyword_weight"}
+    assert set(search.input_schema["properties"]) == {"query", "count", "count_type", "library", "similarity_threshold",
+                                                       "score_threshold", "constraint", "mode", "keyword_weight"}
     assert search.input_schema["required"] == ["query"]
     assert search.output_schema and set(search.output_schema["properties"]) >= {"bits", "embedding_model"}
     assert search.annotations is not None and search.annotations.read_only_hint
@@ -115,6 +115,22 @@ async def test_search_answers_exactly_what_post_slash_answers(served: Served, wi
     titles = [bit["info"]["title"] for bit in as_json["bits"]]
     assert titles and all("Genesis" not in title for title in titles)
     assert any(title.startswith("Daniel 6") for title in titles) == with_token  # the drafts are private
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "vector", "keyword"])
+async def test_a_score_threshold_above_the_best_bits_answers_nothing_and_says_how_close_it_came(
+        served: Served, mode: str) -> None:
+    asked = {"query": "Methuselah", "count": 3, "count_type": "bit", "mode": mode}
+    async with session(served.url) as connected:
+        every = (await connected.call_tool("search", asked)).structured_content
+        best = every["details"]["best_score"]
+        above = (await connected.call_tool("search", {**asked, "score_threshold": best + 1e-6})).structured_content
+        at = (await connected.call_tool("search", {**asked, "score_threshold": best})).structured_content
+
+    first = every["bits"][0]
+    assert best == first.get("score", first.get("similarity")) and 0 < best < 1
+    assert above["bits"] == [] and above["details"]["best_score"] == best
+    assert at["bits"][0] == first and above == post_slash(served.url, None, **asked, score_threshold=best + 1e-6).json()
 
 
 @pytest.mark.parametrize(("mode", "query", "first"), [

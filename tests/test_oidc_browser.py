@@ -15,6 +15,7 @@ reach: those lines, and only those, are taken from the tab's problems.
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ LIONS = "Daniel in the den of lions"  # Daniel 6 is only in the private drafts
 class Site:
     host: RunningHost
     provider: OidcProvider
+    access: Path
 
     @property
     def url(self) -> str:
@@ -63,7 +65,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         try:
             host.wait_until_ready("/healthz", timeout=60)
             wait_for_sign_in(host.url)
-            yield Site(host, provider)
+            yield Site(host, provider, access)
         finally:
             host.stop()
 
@@ -73,7 +75,7 @@ def wait_for_sign_in(url: str) -> None:
     for _ in range(100):
         if 'id="sign-in"' in httpx.get(f"{url}/", timeout=10).text:
             return
-        __import__("time").sleep(0.1)
+        time.sleep(0.1)
     raise AssertionError("the page never offered Sign in")
 
 
@@ -132,6 +134,33 @@ def test_the_page_signs_a_reader_in_through_the_providers_screens(site: Site, ta
     tab.page.get_by_role("button", name="Sign out").click()
     tab.page.get_by_role("button", name="Sign in").wait_for()
     assert not tab.page.locator("section.results .bit .tag").count()
+
+
+def sign_in(tab: Tab, site: Site, login: str) -> None:
+    tab.page.get_by_role("button", name="Sign in").click()
+    tab.page.wait_for_url(f"{site.provider.issuer}/interaction/**")
+    tab.page.locator("input[name=login]").fill(login)
+    tab.page.locator("input[name=password]").fill("any password")
+    tab.page.get_by_role("button", name="Sign-in").click()
+    tab.page.get_by_role("button", name="Continue").click()
+    tab.page.get_by_text(f"Signed in as {login}.").wait_for()
+
+
+def test_a_reader_whose_token_is_refused_is_asked_to_sign_in_again(site: Site, tab: Tab) -> None:
+    tab.page.goto(f"{site.url}/?q=the+rose+of+Sharon")
+    sign_in(tab, site, "bob")  # valid, in no group a rule names: public passages only, with a token
+    assert not tab.page.locator("section.results .bit .tag").count()
+    take_provider_font_problems(tab)
+    admin("token", "revoke", "bob", "--access", str(site.access), cwd=site.access.parent)
+    time.sleep(1.5)  # the host re-reads the access file within a second
+    tab.page.get_by_role("link", name="More results").first.click()
+    tab.page.get_by_text("The host refused the token of your sign-in").wait_for()
+    tab.page.get_by_role("button", name="Sign in").wait_for()
+    assert "The access token was refused: revoked." in tab.page.locator("#main").inner_text()
+    problems = tab.take_problems()
+    refused = [problem for problem in problems if "status of 401" in problem.text]
+    assert len(refused) == 1  # the browser logs the 401 itself as a failed resource: expected here
+    assert all("fonts.googleapis.com" in p.text or "ERR_" in p.text for p in problems if p not in refused)
 
 
 def test_the_pages_policy_stays_strict_but_for_the_providers_token_endpoint(site: Site) -> None:

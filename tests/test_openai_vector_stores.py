@@ -162,7 +162,10 @@ def test_the_passage_holding_a_name_comes_first_by_default_and_by_keywords_alone
 
     assert str(amittai.data[0].attributes["title"]).startswith("Jonah 1:")
     assert [str(result.attributes["title"])[:10] for result in methuselah.data[:2]] == ["Genesis 5:"] * 2
-    assert methuselah.data[0].score == 1.0 and methuselah.data[2].score == 0.0  # no keyword: no keyword score
+    # Keywords alone: the keyword score, min(1, BM25 / |w|), the same as POST /'s; no keyword, no score.
+    keyword_only = post_slash(served, "Methuselah", 3, mode="keyword")
+    assert [result.score for result in methuselah.data[:2]] == [bit["score"] for bit in keyword_only[:2]]
+    assert 0 < methuselah.data[0].score < 1 and methuselah.data[2].score == 0.0
 
 
 def test_private_passages_come_only_with_the_token(served: Served) -> None:

@@ -573,7 +573,7 @@ async def test_the_mode_control_ranks_by_meaning_keywords_or_both(remote: tuple[
     assert all(bit["similarity"] is None and bit["score"] > 0 for bit in section["bits"])
     assert section["more_href"] == "/?q=word5_2+bit&count=8&count_type=bit&mode=keyword#bit-1-5"
     assert '<option value="keyword" selected>keywords</option>' in page
-    assert 'class="score" title="keyword score (BM25)' in page and 'class="similarity"' not in page
+    assert 'class="score" title="keyword score, 0 to 1' in page and 'class="similarity"' not in page
 
 
 async def test_a_keyword_search_shows_no_more_results_when_every_match_is_shown(

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -31,7 +30,8 @@ from librarian import TEST_MODEL, b64, exact_dot_products, reference_budget
 from host.catalog.model_index import ModelIndex
 from host.search.engine import Search, apply_budget, rank
 from host.store.clusters import plan_layout
-from host.store.compiled import CompiledLibrary, SourceKey
+from host.store.compiled import Segment
+from host.store.members import Member, SourceKey, tag_rows
 from host.store.sign_codes import sign_codes
 from host.web.errors import HTTPError
 from host.web.query_args import COUNT_TYPES, QueryArgs, parse_query_args
@@ -104,13 +104,12 @@ class Library:
     tags: tuple[str | None, ...]
 
 
-def compiled(name: str, library: Library) -> CompiledLibrary:
+def compiled(name: str, library: Library) -> Segment:
     """The arrays the store would write, without the disk: ranking reads nothing else."""
     bits = len(library.vectors)
     tags = ("", *sorted({tag for tag in library.tags if tag}))
-    return CompiledLibrary(
+    return Segment(
         name=name,
-        source=Path(f"{name}.json"),
         embedding_model=TEST_MODEL,
         embeddings=np.ascontiguousarray(library.vectors, dtype=np.float32).reshape(bits, DIMENSION),
         token_counts=np.asarray(library.token_counts, dtype=np.int32),
@@ -120,8 +119,7 @@ def compiled(name: str, library: Library) -> CompiledLibrary:
         sign_codes=sign_codes(np.asarray(library.vectors, dtype=np.float32).reshape(bits, DIMENSION)),
         records=np.zeros(0, dtype=np.uint8),
         record_offsets=np.zeros(bits + 1, dtype=np.int64),
-        details={},
-        source_key=SourceKey(0, 0, ""),
+        members=(Member(name, SourceKey(0, 0, ""), 0, bits, tag_rows=tag_rows(tags, library.tags)),),
     )
 
 
@@ -144,7 +142,7 @@ def indexes(draw: st.DrawFn, max_bits: int = 30, tagged: bool = True) -> tuple[M
         members.append(draw(libraries(min_bits=1, max_bits=max_bits, tagged=tagged)))
     built = tuple(compiled(f"lib{position}", member) for position, member in enumerate(members)
                   if len(member.vectors))
-    return ModelIndex.build(built), [member for member in members if len(member.vectors)]
+    return ModelIndex.of_segments(built), [member for member in members if len(member.vectors)]
 
 
 queries = st.lists(st.integers(-3, 3), min_size=DIMENSION, max_size=DIMENSION).map(
@@ -271,7 +269,7 @@ def test_approximate_token_budgets_obey_the_rules_on_libraries_big_enough_to_sam
     rng = np.random.default_rng(seed)
     member = Library(rng.integers(-3, 4, size=(bits, DIMENSION)).astype(np.float32),
                      rng.integers(0, 40, size=bits), tuple(rng.choice([None, None, *TAGS], size=bits)))
-    index = ModelIndex.build((compiled("big", member),))
+    index = ModelIndex.of_segments((compiled("big", member),))
     selection = rank(index, query, granted=granted, count=count, count_type="token",
                      search=Search(approximate=True, oversample=oversample))
     assert_obeys_the_budget(selection, index, [member], query, granted, count, "token")
@@ -297,7 +295,7 @@ def test_approximate_search_covering_the_library_returns_the_exact_rows(
 # ---- clustered libraries (host/store/clusters.py) --------------------------------------------------------
 
 
-def clustered(name: str, library: Library, clusters: int) -> CompiledLibrary:
+def clustered(name: str, library: Library, clusters: int) -> Segment:
     """The arrays the store writes for a clustered library, without the disk: rows sorted by cluster."""
     plain = compiled(name, library)
     layout = plan_layout(plain.embeddings, plain.tag_ids == 0, clusters=clusters)
@@ -313,7 +311,7 @@ def clustered_indexes(draw: st.DrawFn, max_bits: int = 60) -> tuple[ModelIndex, 
     members = draw(st.lists(libraries(min_bits=1, max_bits=max_bits), min_size=1, max_size=3))
     built = tuple(clustered(f"lib{position}", member, draw(st.integers(2, 8))) if draw(st.booleans()) or position == 0
                   else compiled(f"lib{position}", member) for position, member in enumerate(members))
-    return ModelIndex.build(built), members
+    return ModelIndex.of_segments(built), members
 
 
 def in_file_order(index: ModelIndex, rows: np.ndarray) -> list[int]:

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 from components import admin
-from librarian import TEST_MODEL, make_library, unit_vectors, write_library
+from librarian import TEST_MODEL, make_library, segment_folder, unit_vectors, write_library
 
 from access import AccessControl, TokenRejected
+from host.catalog.replica import Replica
 from host.cli import main
 from host.origin.local import FolderOrigin
 from host.origin.manifest import MANIFEST_KEY, parse_manifest
@@ -75,21 +76,23 @@ def test_a_dry_run_lists_what_would_change_and_uploads_nothing(tmp_path: Path, c
     capsys.readouterr()
     assert main(["publish", str(source), str(destination), "--dry-run", "--compiled"]) == 0
     said = capsys.readouterr().err
-    assert "+ c.json" in said and "- a.json" in said and "~ b.json (its compiled store)" in said
+    assert "+ c.json" in said and "- a.json" in said and "~ b.json (its compiled segment)" in said
     assert "dry run: would upload" in said
     assert {key: (destination / key).read_bytes() for key in stored_keys(destination)} == before
 
 
-def test_compiled_stores_are_published_whole_with_their_store_format(tmp_path: Path) -> None:
+def test_compiled_segments_are_published_whole_with_their_store_format(tmp_path: Path) -> None:
     source = folder_of_libraries(tmp_path / "source", a=1)
     destination = tmp_path / "published"
     assert main(["publish", str(source), str(destination), "--compiled", "--quiet"]) == 0
     manifest = parse_manifest((destination / MANIFEST_KEY).read_bytes(), "test")
     (library,) = manifest.libraries
-    compiled = source / ".compiled" / "a"
-    assert library.store_format == json.loads((compiled / "meta.json").read_text())["store_format"]
-    assert {file.name for file in library.compiled} == {path.name for path in compiled.iterdir()}
-    for file in library.compiled:
+    (segment,) = manifest.segments
+    compiled = segment_folder(source / ".compiled", "a")
+    assert (library.segment, library.member) == (segment.name, 0) and segment.name == compiled.name
+    assert segment.store_format == json.loads((compiled / "meta.json").read_text())["store_format"]
+    assert {file.name for file in segment.files} == {path.name for path in compiled.iterdir()}
+    for file in segment.files:
         assert (destination / file.blob.key).read_bytes() == (compiled / file.name).read_bytes()
     assert library.mtime_ns == (source / "a.json").stat().st_mtime_ns
 
@@ -154,3 +157,21 @@ def test_the_published_access_file_holds_only_what_verifies_and_replicas_honour_
     assert parse_manifest((destination / MANIFEST_KEY).read_bytes(), "test").access is not None
     assert main(["publish", str(source), str(destination), "--no-access", "--quiet"]) == 0
     assert parse_manifest((destination / MANIFEST_KEY).read_bytes(), "test").access is None
+
+
+def test_each_publisher_folders_access_file_travels_with_the_set_as_its_edge_edition(tmp_path: Path) -> None:
+    source = folder_of_libraries(tmp_path / "source", a=1)
+    folder_of_libraries(source / "writers" / "ada", notes=2)
+    file = source / "writers" / "ada" / "access.SECRET.json"
+    assert main(["access", "init", "--access", str(file), "--issuer", "https://example.org/ada", "--alg", "EdDSA"]) == 0
+    destination = tmp_path / "published"
+    assert main(["publish", str(source), str(destination), "--quiet"]) == 0
+    manifest = parse_manifest((destination / MANIFEST_KEY).read_bytes(), "test")
+    (publisher,) = manifest.publishers
+    published = json.loads((destination / publisher.blob.key).read_text())
+    assert publisher.folder == "writers/ada" and published["issuer"] == "https://example.org/ada"
+    assert all("private_key" not in key for key in published["keys"]) and published["keys"]  # verifies, never signs
+    replica = Replica(FolderOrigin(destination), tmp_path / "cache")
+    folder = replica.sync()
+    assert folder is not None
+    assert json.loads((folder / "writers" / "ada" / "access.SECRET.json").read_text()) == published

@@ -20,6 +20,8 @@ from benchmarks.quality import (
     ndcg,
     read_collection,
     reciprocal_rank_fusion,
+    threshold_keeping,
+    turned_away,
     write_markdown,
 )
 
@@ -74,3 +76,15 @@ def test_a_collection_is_written_as_markdown_a_publisher_would_import(tmp_path: 
     front, body = (tmp_path / "md" / "1.md").read_text().split("---\n")[1:]
     assert yaml.safe_load(front) == {"title": "On: colons", "url": "https://example.org/tiny/1"}
     assert body.strip() == "Body one."
+
+
+def test_the_threshold_keeps_the_best_answer_of_nine_questions_in_ten() -> None:
+    best = [0.1 * n for n in range(1, 11)]  # 0.1 ... 1.0
+    threshold = threshold_keeping(best)  # numpy's linear 10th percentile: 0.1 + 0.9 * 0.1
+    assert threshold == pytest.approx(0.19)
+    assert sum(score >= threshold for score in best) == 9
+
+
+def test_turned_away_counts_the_best_answers_below_the_threshold_an_empty_answer_scoring_0() -> None:
+    assert turned_away([0.0, 0.2, 0.39, 0.4, 0.9], 0.4) == 0.6
+    assert turned_away([], 0.4) == 0.0

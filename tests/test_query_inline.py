@@ -15,7 +15,8 @@ from host.catalog.model_index import ModelIndex
 from host.library.format import parse_library
 from host.search.batching import BATCHER
 from host.search.query import SearchPolicy
-from host.store.compiled import SourceKey, file_sha256, open_compiled, write_compiled
+from host.store.compiled import SourceKey, file_sha256, open_segment, write_compiled
+from host.web import query_endpoint
 from host.web.query_args import QueryArgs, parse_query_args
 from host.web.query_endpoint import INLINE_BITS, INLINE_TOKENS, runs_inline
 
@@ -25,7 +26,7 @@ def compiled_index(folder: Path, bits: int, dimension: int, cluster_from: int) -
     stat = path.stat()
     key = SourceKey(size=stat.st_size, mtime_ns=stat.st_mtime_ns, sha256=file_sha256(path))
     write_compiled(parse_library(json.loads(path.read_text())), folder / "compiled", key, "lib", cluster_from=cluster_from)
-    return ModelIndex.build((open_compiled(folder / "compiled", path),))
+    return ModelIndex.of_segments((open_segment(folder / "compiled"),))
 
 
 def arguments(**fields: object) -> QueryArgs:
@@ -49,11 +50,15 @@ def test_a_small_budget_over_a_cluster_scan_is_answered_inline(clustered: ModelI
     assert runs_inline(clustered, arguments(), APPROXIMATE, None)  # the default budget, 1,000 tokens
 
 
-def test_a_large_budget_a_constraint_or_a_choice_of_libraries_goes_to_a_worker_thread(clustered: ModelIndex) -> None:
+def test_a_large_budget_a_constraint_or_a_choice_of_large_libraries_goes_to_a_worker_thread(
+        clustered: ModelIndex, monkeypatch: pytest.MonkeyPatch) -> None:
     assert not runs_inline(clustered, arguments(count=INLINE_BITS + 1, count_type="bit"), APPROXIMATE, None)
     assert not runs_inline(clustered, arguments(count=INLINE_TOKENS + 1), APPROXIMATE, None)
     assert not runs_inline(clustered, arguments(count=10, count_type="bit", constraint="title:bit"), APPROXIMATE, None)
+    monkeypatch.setattr(query_endpoint, "INLINE_CHOSEN_ROWS", clustered.bit_count - 1)
     assert not runs_inline(clustered, arguments(count=10, count_type="bit"), APPROXIMATE, frozenset({"lib"}))
+    monkeypatch.setattr(query_endpoint, "INLINE_CHOSEN_ROWS", clustered.bit_count)  # a small library chosen: its rows
+    assert runs_inline(clustered, arguments(count=10, count_type="bit"), APPROXIMATE, frozenset({"lib"}))
 
 
 def test_exact_scans_run_inline_only_below_the_size_from_which_they_share_passes(tmp_path: Path,

@@ -146,8 +146,21 @@ async def test_chunks_doc_aggs_and_total_describe_one_kept_list(client: httpx.As
     assert [chunk["id"] for chunk in chunks] == [bit["id"] for bit in bits]
     assert [chunk["similarity"] for chunk in chunks] == [bit["score"] for bit in bits]
     assert [chunk["vector_similarity"] for chunk in chunks] == [bit["similarity"] for bit in bits]
-    assert all(0 <= chunk["term_similarity"] <= 1 for chunk in chunks) and chunks[0]["term_similarity"] == 1
+    assert all(0 <= chunk["term_similarity"] < 1 for chunk in chunks) and chunks[0]["term_similarity"] > 0
+    for chunk in chunks:  # the fused score: w * vector + (1 - w) * term, the cosine clipped to 0-1
+        assert chunk["similarity"] == pytest.approx(0.3 * min(1, max(0, chunk["vector_similarity"]))
+                                                    + 0.7 * chunk["term_similarity"], abs=1e-12)
     assert [chunk["term_similarity"] for chunk in chunks if chunk["content"] == TEXTS[1]] == [0]  # Noah: no word of it
+
+
+async def test_a_threshold_above_every_chunks_similarity_keeps_none(client: httpx.AsyncClient) -> None:
+    every = (await retrieve(client, similarity_threshold=0, top_k=10))["data"]
+    best = every["chunks"][0]["similarity"]
+    assert every["total"] == 4 and best < 1
+
+    assert (await retrieve(client, similarity_threshold=best, top_k=10))["data"]["total"] >= 1
+    nothing = (await retrieve(client, similarity_threshold=best + 1e-9, top_k=10))["data"]
+    assert nothing == {"chunks": [], "doc_aggs": [], "total": 0}
 
 
 async def test_with_no_weight_on_vectors_the_threshold_is_void_as_in_ragflow(client: httpx.AsyncClient) -> None:

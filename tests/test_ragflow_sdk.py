@@ -115,7 +115,8 @@ def test_retrieve_finds_the_passage_holding_a_name(served: Served, question: str
                           page_size=3)
 
     assert first in chunks[0].document_name, [chunk.document_name for chunk in chunks]
-    assert chunks[0].term_similarity == 1
+    # The keyword score, 0-1 and the same in every question: the name held once in a passage, well above 0.5.
+    assert chunks[0].term_similarity == max(chunk.term_similarity for chunk in chunks) and 0.5 < chunks[0].term_similarity < 1
 
 
 def test_vector_similarity_is_the_similarity_post_slash_reports(served: Served) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from librarian import b64, make_library, unit_vectors, write_library
+from librarian import b64, make_library, segment_folder, unit_vectors, write_library
 
 from host.catalog.generations import load_catalog
 from host.service.harness import RunningHost
@@ -36,13 +36,16 @@ def resident(pid: int | str, path: Path) -> tuple[int, int]:
 
 
 def two_libraries(folder: Path) -> Path:
+    """Two libraries in two segments: b published after a was compiled (files published together share one)."""
     write_library(folder / "a.json", make_library(unit_vectors(BITS, DIMENSION, seed=1)))
+    load_catalog(folder)
     write_library(folder / "b.json", make_library(unit_vectors(BITS, DIMENSION, seed=2)))
+    load_catalog(folder)
     return folder
 
 
 def vectors_file(folder: Path, name: str) -> Path:
-    return folder / ".compiled" / name / "embeddings.npy"
+    return segment_folder(folder / ".compiled", name) / "embeddings.npy"
 
 
 def serving_lines(host: RunningHost) -> list[tuple[int, int]]:
@@ -65,21 +68,21 @@ def test_a_library_s_maps_are_populated_at_load_so_no_query_faults_them_in(
     for name in ("a", "b"):
         size, rss = resident(host.process.pid, vectors_file(folder, name))
         assert size >= BITS * DIMENSION * 4 and rss == size, (name, size, rss)
-    assert "populated the memory maps of 2 libraries" in host.log()
+    assert "populated the memory maps of 2 segments" in host.log()
 
 
 def test_libraries_over_populate_bytes_are_left_to_fault_in_as_queries_touch_them(
         run_host: Callable[..., RunningHost], tmp_path: Path) -> None:
     folder = two_libraries(tmp_path / "libraries")
-    one_library = mapped_bytes(load_catalog(folder).library("a"))  # type: ignore[arg-type]
+    one_library = mapped_bytes(load_catalog(folder).library("a").segment)  # type: ignore[union-attr]
 
     host = run_host(folder, "--populate-bytes", str(one_library + one_library // 2))
 
     first, second = (resident(host.process.pid, vectors_file(folder, name)) for name in ("a", "b"))
     assert first[1] == first[0], "the first library fits: populated"
     assert second[1] < second[0] // 4, "the second would go over: only what loading read is resident"
-    assert "populated the memory maps of 1 library (" in host.log()
-    assert "; 1 library (" in host.log() and "read as queries touch them: over --populate-bytes" in host.log()
+    assert "populated the memory maps of 1 segment (" in host.log()
+    assert "; 1 segment (" in host.log() and "read as queries touch them: over --populate-bytes" in host.log()
 
 
 def test_populate_bytes_0_populates_nothing_and_answers_the_same(
@@ -96,18 +99,18 @@ def test_populate_bytes_0_populates_nothing_and_answers_the_same(
 
 def test_residency_populates_while_the_budget_allows_and_forgets_libraries_no_longer_served(tmp_path: Path) -> None:
     catalog = load_catalog(two_libraries(tmp_path / "libraries"))
-    first, second = catalog.libraries
+    first, second = (library.segment for library in catalog.libraries)
     residency = Residency(budget=mapped_bytes(first) + mapped_bytes(second) // 2)
 
-    done = residency.admit(catalog.libraries)
+    done = residency.admit(catalog.segments)
 
-    assert (done.libraries, done.left) == (1, 1)
+    assert (done.segments, done.left) == (1, 1)
     assert residency.is_populated(first) and not residency.is_populated(second)
     assert [array.nbytes for array in mapped_arrays(first)] == [
         first.embeddings.nbytes, first.records.nbytes, first.sign_codes.nbytes]  # no clusters: sign codes too
-    assert residency.admit(catalog.libraries).libraries == 0, "nothing populated twice"
+    assert residency.admit(catalog.segments).segments == 0, "nothing populated twice"
     # A generation without the first library: its bytes no longer count, the second now fits.
-    assert residency.admit((second,)).libraries == 1 and residency.is_populated(second)
+    assert residency.admit((second,)).segments == 1 and residency.is_populated(second)
     assert "over --populate-bytes" in done.describe(residency.budget)
 
 

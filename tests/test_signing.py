@@ -41,7 +41,7 @@ from host.origin.signatures import (
 )
 from host.service.harness import child_environment, free_port
 
-MANIFEST = b'{"format": "polymath-host/published-1", "libraries": []}\n'
+MANIFEST = b'{"format": "polymath-host/published-2", "libraries": []}\n'
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """The compiled store: a library file is parsed once, then opened as memory-mapped arrays.
 
-Every test works on real files under tmp_path: a source `lib.json` and its compiled folder
-`.compiled/lib`, as `serve` and `build` lay them out.
+Every test works on real files under tmp_path: a source `lib.json` loaded as `serve` and `build`
+load it (host/catalog/generations.py), its segment in `.compiled/segments/` and the plan naming it.
 """
 
 from __future__ import annotations
@@ -16,10 +16,13 @@ import numpy as np
 import pytest
 from librarian import TEST_MODEL, b64, make_bit, make_library, unit_vectors, write_library
 
+from host.catalog.generations import load_catalog
+from host.catalog.libraries import Library
+from host.catalog.plan import SEGMENTS, read_plan
 from host.library.canonical import canonical_id
 from host.library.format import parse_library
 from host.library.problems import LibraryFormatError
-from host.store.compiled import CompiledLibrary, StoreError, compile_library, file_sha256, load_library, open_compiled
+from host.store.compiled import StoreError, compile_library, file_sha256, open_segment
 
 COMPILED_FILES = {  # at least these; the store may add more arrays
     "embeddings.npy", "token_counts.npy", "tag_ids.npy", "ids.npy",
@@ -33,11 +36,21 @@ def source(tmp_path: Path) -> Path:
 
 
 def compiled_folder(source: Path) -> Path:
-    return source.parent / ".compiled" / source.stem
+    """The folder of the segment serving `source`, as the plan says."""
+    cache = source.parent / ".compiled"
+    return cache / SEGMENTS / read_plan(cache)[source.stem].segment
 
 
-def load(source: Path, **options) -> tuple[CompiledLibrary, bool]:
-    return load_library(source, compiled_folder(source), name=source.stem, **options)
+def load(source: Path, **options) -> tuple[Library, bool]:
+    """`source` loaded as a host loads its folder: the library, and whether it was compiled now. A
+    problem with the file is raised, as the first line the catalog reports."""
+    said: list[str] = []
+    catalog = load_catalog(source.parent, progress=said.append, **options)
+    if catalog.problems:
+        raise LibraryFormatError(catalog.problems[0].removeprefix(f"{source}: "))
+    library = catalog.library(source.stem)
+    assert library is not None
+    return library, any(line.startswith("compiled ") for line in said)
 
 
 def keep_stat_but_garble(source: Path) -> None:
@@ -63,20 +76,21 @@ def test_first_load_compiles_every_file_of_the_folder(source):
     assert {path.name for path in folder.iterdir()} >= COMPILED_FILES
     meta = json.loads((folder / "meta.json").read_text())
     assert meta["bits"] == 3 and meta["dimension"] == 8 and meta["embedding_model"] == TEST_MODEL
-    assert meta["source"]["sha256"] == file_sha256(source)
-    assert meta["source"]["size"] == source.stat().st_size
+    [member] = meta["members"]
+    assert member["source"]["sha256"] == file_sha256(source) and (member["first"], member["stop"]) == (0, 3)
+    assert member["source"]["size"] == source.stat().st_size
     assert library.name == "lib" and library.bit_count == 3 and library.dimension == 8
 
 
 def test_compiled_library_gives_back_what_the_file_held(source):
     parsed = parse_library(json.loads(source.read_text()))
 
-    library, _ = load(source)
+    segment = load(source)[0].segment
 
-    np.testing.assert_array_equal(library.embeddings, parsed.embeddings)
-    assert library.token_counts.tolist() == [5, 7, 9]
-    assert [library.record(row) for row in range(3)] == parsed.records
-    assert [library.bit_id(row) for row in range(3)] == parsed.ids
+    np.testing.assert_array_equal(segment.embeddings, parsed.embeddings)
+    assert segment.token_counts.tolist() == [5, 7, 9]
+    assert [segment.record(row) for row in range(3)] == parsed.records
+    assert [segment.bit_id(row) for row in range(3)] == parsed.ids
 
 
 def test_records_give_back_the_texts_and_infos_the_file_held(tmp_path):
@@ -100,7 +114,7 @@ def test_bit_id_keeps_trailing_zero_bytes(tmp_path):
 
     compiled, _ = load(source)
 
-    assert compiled.bit_id(0) == canonical_id(bit["info"]["url"], bit["text"])
+    assert compiled.segment.bit_id(0) == canonical_id(bit["info"]["url"], bit["text"])
 
 
 def test_access_tags_are_stored_and_public_bits_stay_visible(tmp_path):
@@ -110,16 +124,15 @@ def test_access_tags_are_stored_and_public_bits_stay_visible(tmp_path):
 
     compiled, _ = load(source)
 
-    assert compiled.tags == ("", "staff")
-    assert compiled.visible_rows(frozenset()).tolist() == [True, False, True]
-    assert compiled.visible_rows(frozenset({"staff"})).tolist() == [True, True, True]
+    assert compiled.segment.tags == ("", "staff") and compiled.tags == ("", "staff")
+    assert compiled.segment.visible_rows(frozenset()).tolist() == [True, False, True]
+    assert compiled.segment.visible_rows(frozenset({"staff"})).tolist() == [True, True, True]
     assert compiled.visible_bit_count(frozenset({"other"})) == 2
 
 
 def public_digest(tmp_path: Path, library: dict, name: str) -> str:
     folder = tmp_path / f"{name}.compiled"
-    compile_library(write_library(tmp_path / f"{name}.json", library), folder, name=name)
-    return str(json.loads((folder / "meta.json").read_text())["public_digest"])
+    return compile_library(write_library(tmp_path / f"{name}.json", library), folder, name=name).public_digest
 
 
 def test_the_public_digest_changes_with_every_public_part_and_with_nothing_private(tmp_path):
@@ -147,9 +160,10 @@ def test_the_public_digest_changes_with_every_public_part_and_with_nothing_priva
 
 
 def test_folder_access_tag_is_compiled_into_every_bit(source):
-    compiled, _ = load(source, access_tag="unpublished")
-    assert compiled.visible_bit_count(frozenset()) == 0
-    assert compiled.visible_bit_count(frozenset({"unpublished"})) == 3
+    member = compile_library(source, source.parent / "compiled", name="lib", access_tag="unpublished")
+    segment = open_segment(source.parent / "compiled")
+    assert member.tag_rows == {"unpublished": 3} and member.access_tag == "unpublished"
+    assert not segment.visible_rows(frozenset()).any() and segment.visible_rows(frozenset({"unpublished"})).all()
 
 
 def test_details_survive_compilation(tmp_path):
@@ -179,19 +193,19 @@ def is_memory_mapped(array: np.ndarray) -> bool:
 
 
 def test_embeddings_are_a_read_only_memory_map_of_c_contiguous_float32(source):
-    library, _ = load(source)
+    embeddings = load(source)[0].segment.embeddings
 
-    assert library.embeddings.dtype == np.float32
-    assert library.embeddings.flags.c_contiguous
-    assert not library.embeddings.flags.writeable
-    assert is_memory_mapped(library.embeddings)
+    assert embeddings.dtype == np.float32
+    assert embeddings.flags.c_contiguous
+    assert not embeddings.flags.writeable
+    assert is_memory_mapped(embeddings)
 
 
 def test_reopened_embeddings_are_memory_mapped_too(source):
     load(source)
     library, compiled_now = load(source)
     assert not compiled_now
-    assert is_memory_mapped(library.embeddings)
+    assert is_memory_mapped(library.segment.embeddings)
 
 
 # ---- reopening without recompiling --------------------------------------------------------------
@@ -204,7 +218,7 @@ def test_unchanged_source_is_opened_without_reading_it(source):
     library, compiled_now = load(source)
 
     assert not compiled_now
-    assert library.token_counts.tolist() == [5, 7, 9]
+    assert library.segment.token_counts.tolist() == [5, 7, 9]
 
 
 def test_touched_but_identical_source_is_not_recompiled(source):
@@ -218,6 +232,7 @@ def test_touched_but_identical_source_is_not_recompiled(source):
     assert not compiled_now
     assert embeddings.stat().st_ino == written.st_ino and embeddings.stat().st_mtime_ns == written.st_mtime_ns
     assert library.source_key.mtime_ns == source.stat().st_mtime_ns
+    assert read_plan(source.parent / ".compiled")["lib"].source.mtime_ns == source.stat().st_mtime_ns
 
 
 def test_after_a_touch_the_new_mtime_is_remembered(source):
@@ -237,7 +252,7 @@ def test_changed_source_is_recompiled(source):
     library, compiled_now = load(source)
 
     assert compiled_now
-    assert library.bit_count == 4 and library.token_counts.tolist() == [1, 2, 3, 4]
+    assert library.bit_count == 4 and library.segment.token_counts.tolist() == [1, 2, 3, 4]
 
 
 def test_same_size_change_with_a_new_mtime_is_recompiled(source):
@@ -251,16 +266,19 @@ def test_same_size_change_with_a_new_mtime_is_recompiled(source):
 
     compiled, compiled_now = load(source)
 
-    assert compiled_now and compiled.token_counts.tolist() == [6, 7, 9]
+    assert compiled_now and compiled.segment.token_counts.tolist() == [6, 7, 9]
 
 
-def test_source_that_became_invalid_is_reported_not_served_stale(source):
+def test_source_that_became_invalid_is_reported_and_its_last_version_keeps_serving(source):
     load(source)
     source.write_text('{"version": 1, "bits": ')
     touch_later(source)
 
-    with pytest.raises(LibraryFormatError, match="not valid JSON"):
-        load(source)
+    catalog = load_catalog(source.parent)
+
+    assert catalog.problems[0].startswith(f"{source}: not valid JSON")
+    assert catalog.problems[0].endswith("; still serving its previous version")
+    assert catalog.library("lib").bit_count == 3
 
 
 # ---- corrupt compiled folders ------------------------------------------------------------------
@@ -283,7 +301,9 @@ CORRUPTIONS = {
     "meta.json claims another dimension": lambda folder: edit_meta(folder, dimension=16),
     "meta.json from another store format": lambda folder: edit_meta(folder, store_format=999),
     "meta.json is not JSON": lambda folder: (folder / "meta.json").write_text("{"),
-    "meta.json lacks the source key": lambda folder: edit_meta(folder, source=None),
+    "meta.json lacks its members": lambda folder: edit_meta(folder, members=None),
+    "meta.json's members miss rows": lambda folder: edit_meta(
+        folder, members=[{**json.loads((folder / "meta.json").read_text())["members"][0], "stop": 2}]),
     "ids.npy missing": lambda folder: (folder / "ids.npy").unlink(),
     "tag id out of range": lambda folder: np.save(folder / "tag_ids.npy", np.array([0, 9, 0], np.uint16)),
 }
@@ -295,7 +315,7 @@ def test_corrupt_compiled_folder_is_refused_when_opened(source, corrupt):
     corrupt(compiled_folder(source))
 
     with pytest.raises(StoreError):
-        open_compiled(compiled_folder(source), source)
+        open_segment(compiled_folder(source))
 
 
 @pytest.mark.parametrize("corrupt", CORRUPTIONS.values(), ids=CORRUPTIONS.keys())
@@ -306,9 +326,9 @@ def test_corrupt_compiled_folder_is_rebuilt_not_trusted(source, corrupt):
     library, compiled_now = load(source)
 
     assert compiled_now
-    assert library.bit_count == 3 and library.token_counts.tolist() == [5, 7, 9]
+    assert library.bit_count == 3 and library.segment.token_counts.tolist() == [5, 7, 9]
     assert library.record(2)["info"]["url"] == "https://example.com/2"
-    open_compiled(compiled_folder(source), source)  # the rebuilt folder is whole
+    open_segment(compiled_folder(source))  # the rebuilt folder is whole
 
 
 # ---- tidiness and limits -------------------------------------------------------------------------
@@ -322,10 +342,10 @@ def test_no_temporary_folders_are_left_behind(source):
     CORRUPTIONS["truncated records.bin"](compiled_folder(source))
     load(source)  # rebuilt after corruption
     touch_later(source)
-    load(source)  # meta.json rewritten in place for the new mtime
+    load(source)  # the plan rewritten for the new mtime
 
-    cache = compiled_folder(source).parent
-    assert [path.name for path in cache.iterdir() if path.is_dir()] == ["lib"]
+    segments = compiled_folder(source).parent
+    assert [path.name for path in segments.iterdir()] == [compiled_folder(source).name]
     inside = list(compiled_folder(source).iterdir())
     assert {path.name for path in inside} >= COMPILED_FILES
     assert not [path.name for path in inside if path.is_dir() or path.name.startswith(".") or "tmp" in path.name]
@@ -338,7 +358,7 @@ def test_file_over_the_size_limit_is_a_clear_error_not_an_empty_library(source):
         load(source, max_bytes=size - 1)
 
     assert str(refused.value) == f"file is {size:,} bytes, over the {size - 1:,}-byte limit (raise --max-library-bytes)"
-    assert not (compiled_folder(source) / "meta.json").exists()
+    assert not (source.parent / ".compiled" / SEGMENTS).exists() or not any((source.parent / ".compiled" / SEGMENTS).iterdir())
 
 
 def test_file_at_the_size_limit_loads(source):
@@ -359,4 +379,4 @@ def test_format_problems_propagate_without_compiling(tmp_path):
 
     with pytest.raises(LibraryFormatError, match=r"^bits\[1\]\.text"):
         load(source)
-    assert not compiled_folder(source).exists()
+    assert not (tmp_path / ".compiled" / SEGMENTS).exists() or not any((tmp_path / ".compiled" / SEGMENTS).iterdir())

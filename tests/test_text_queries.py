@@ -189,7 +189,7 @@ def test_the_real_openai_client_embeds_with_the_librarys_model(run_host, sample:
     np.testing.assert_allclose(floats.data[0].embedding, expected[0], atol=1e-6)
     assert default.model == MINILM and [item.index for item in default.data] == [0, 1]
     assert default.usage.prompt_tokens == local.count_tokens(JONAH) + local.count_tokens("the Lord is my shepherd")
-    with pytest.raises(openai.BadRequestError, match="cannot be embedded here"):
+    with pytest.raises(openai.NotFoundError, match="cannot be embedded here"):
         client.embeddings.create(model="openai.com:text-embedding-ada-002", input=JONAH)
 
 
@@ -215,7 +215,7 @@ async def test_embeddings_come_as_floats_or_little_endian_float32_base64(
     ({"model": MINILM, "input": "x" * 8001}, 413, "at most 8,000 are read"),
     ({"model": MINILM, "input": "x", "encoding_format": "int8"}, 400, "encoding_format must be"),
     ({"input": "x"}, 400, "model is required"),
-    ({"model": "nope:1", "input": "x"}, 400, "cannot be embedded here; models embedded here: " + MINILM),
+    ({"model": "nope:1", "input": "x"}, 404, "cannot be embedded here; models embedded here: " + MINILM),
 ])
 async def test_bad_embedding_requests_get_openais_error_shape(
     client: httpx.AsyncClient, body: dict[str, Any], status: int, says: str
@@ -236,7 +236,7 @@ async def test_a_model_only_private_libraries_use_is_not_embedded_for_strangers(
     async with connect(app) as client:
         response = await client.post("/v1/embeddings", json={"model": MINILM, "input": "hello"})
 
-    assert response.status_code == 400
+    assert response.status_code == 404 and response.json()["error"]["code"] == "model_not_found"
     assert response.json()["error"]["message"] == f"model '{MINILM}' cannot be embedded here; models embedded here: none"
 
 

@@ -52,8 +52,8 @@ DOORS = {
     "RAGFlow datasets": Door("GET", "/api/v1/datasets"),
     "MCP": Door("POST", "/mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                                  "params": {"name": "libraries", "arguments": {}}}, MCP_HEADERS, extra="mcp"),
-    # No embedder serves the test model: the Bearer answer is the door's own 400, not the URL's.
-    "OpenAI embeddings": Door("POST", "/v1/embeddings", {"model": TEST_MODEL, "input": "x"}, bearer_status=400,
+    # No embedder serves the test model: the Bearer answer is the door's own 404 (model_not_found), not the URL's 400.
+    "OpenAI embeddings": Door("POST", "/v1/embeddings", {"model": TEST_MODEL, "input": "x"}, bearer_status=404,
                               private_marker=None),
     # An empty question needs no embedder; the private library is found only when the token is read.
     "Dify retrieval": Door("POST", "/dify/retrieval", {"knowledge_id": PRIVATE, "query": "", "retrieval_setting": {

@@ -8,12 +8,14 @@ The catalog only ever reads local files: this module brings them. Under the cach
                         pinned, its signature as .signature.json (hidden: not libraries)
     current             the id of the last good set; a set is named here only once it is complete
     access.json         the access file in force (the manifest's, or the one --access URL names)
-    compiled/<name>/    compiled stores: published ones put in place whole, the others compiled here
+    compiled/           the compiled cache (host/catalog/plan.py): published segments put in place
+                        whole, and the plan saying which serves each library; the others compiled here
 
 `sync()` asks the origin for the manifest (conditionally), and when it changed: downloads the blobs
-it lacks (each checked), builds the new set folder under a temporary name, puts the published
-compiled stores of this host's store format in place, checks the access file, then renames the set
-into place, names it in `current` and swaps the access file. Any fault on the way (origin down, a
+it lacks (each checked), builds the new set folder under a temporary name (with each publisher
+folder's access file), puts the published segments of this host's store format in place and plans
+them, checks the access file, then renames the set into place, names it in `current` and swaps the
+access file. Any fault on the way (origin down, a
 5xx, a stall, a cut or corrupt transfer, a manifest naming a missing blob, refused credentials)
 leaves the last good set serving: nothing of the new set is in use until all of it is there. A
 missing manifest after a good one is such a fault too: unpublishing is publishing an empty set.
@@ -46,8 +48,10 @@ from pathlib import Path
 
 from access.config import parse_settings, read_json_object
 from access.errors import AccessConfigError
+from host.catalog.plan import SEGMENTS, Placed, plan_lock, read_plan, write_plan
+from host.catalog.scopes import PUBLISHER_ACCESS_FILE
 from host.origin import ObjectMissing, Origin, OriginError
-from host.origin.blobs import BlobStore, file_digest
+from host.origin.blobs import BlobStore
 from host.origin.history import published_time
 from host.origin.manifest import MANIFEST_KEY, MANIFEST_LIMIT, Blob, Manifest, ManifestError, parse_manifest
 from host.origin.publisher_keys import PublicKey
@@ -59,7 +63,8 @@ from host.origin.signatures import (
     signature_key,
     verify_manifest,
 )
-from host.store.compiled import STORE_FORMAT, install_compiled
+from host.store.compiled import STORE_FORMAT, install_segment
+from host.store.members import SourceKey
 
 log = logging.getLogger("polymath_host.origin")
 
@@ -200,11 +205,16 @@ class Replica:
         try:
             for library in manifest.libraries:
                 stored = self.blobs.path(library.blob)
-                # The publisher's time: its compiled store's source key then matches without hashing.
+                # The publisher's time: the plan's source key then matches without hashing.
                 os.utime(stored, ns=(library.mtime_ns, library.mtime_ns))
                 target = building / library.path
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.link(stored, target)
+            for scope in manifest.publishers:  # a copy of mode 0600, as the host's access file
+                check_access_file(self.blobs.path(scope.blob), f"{self.origin.url}/{scope.blob.key} ({scope.folder}/)")
+                target = building / scope.folder / PUBLISHER_ACCESS_FILE
+                target.parent.mkdir(parents=True, exist_ok=True)
+                _write_atomically(target, self.blobs.path(scope.blob).read_bytes())
             (building / MANIFEST_FILE).write_bytes(body)
             if signature is not None:
                 (building / SIGNATURE_FILE).write_bytes(signature)
@@ -213,26 +223,44 @@ class Replica:
             shutil.rmtree(building, ignore_errors=True)
 
     def _needed(self, manifest: Manifest) -> list[Blob]:
-        """The library files, the compiled stores this host can open (of its store format), the access file."""
+        """The library files, the segments this host can open (of its store format), the access files."""
         needed = {library.blob.sha256: library.blob for library in manifest.libraries}
-        for library in manifest.libraries:
-            if library.store_format == STORE_FORMAT:
-                needed.update((file.blob.sha256, file.blob) for file in library.compiled)
+        for segment in manifest.segments:
+            if segment.store_format == STORE_FORMAT:
+                needed.update((file.blob.sha256, file.blob) for file in segment.files)
         if self.access_from_manifest and manifest.access:
             needed[manifest.access.sha256] = manifest.access
+        needed.update((scope.blob.sha256, scope.blob) for scope in manifest.publishers)
         return list(needed.values())
 
     def _install_compiled(self, manifest: Manifest) -> None:
-        """Published stores of this host's format go in place whole; of another format, the catalog compiles."""
-        for library in manifest.libraries:
-            if library.store_format != STORE_FORMAT or not library.compiled:
-                continue
-            folder = self.compiled / library.name
-            meta = next((file.blob for file in library.compiled if file.name == "meta.json"), None)
-            with contextlib.suppress(OSError):
-                if meta is not None and file_digest(folder / "meta.json") == meta.sha256:
-                    continue  # already in place
-            install_compiled({file.name: self.blobs.path(file.blob) for file in library.compiled}, folder)
+        """Published segments of this host's format go in place whole, and the plan names them; a library
+        of another format, or published without its segment, is compiled by the catalog."""
+        usable = {segment.name: segment for segment in manifest.segments if segment.store_format == STORE_FORMAT}
+        folder = self.compiled / SEGMENTS
+        with plan_lock(self.compiled):
+            for segment in usable.values():
+                if not (folder / segment.name / "meta.json").exists():  # a segment is never changed once named
+                    install_segment({file.name: self.blobs.path(file.blob) for file in segment.files},
+                                    folder / segment.name)
+            plan = read_plan(self.compiled)
+            for library in manifest.libraries:
+                if library.segment in usable:
+                    plan[library.name] = Placed(library.segment, library.member,
+                                                SourceKey(library.blob.size, library.mtime_ns, library.blob.sha256))
+            write_plan(self.compiled, plan)
+
+    def digests(self) -> dict[Path, str]:
+        """Each library file of the set in force and its SHA-256, as its manifest says (the catalog then
+        never hashes a file whose time moved: a blob linked at two paths has one time)."""
+        current = self.current()
+        if current is None:
+            return {}
+        try:
+            manifest = parse_manifest((current / MANIFEST_FILE).read_bytes(), str(current))
+        except (OSError, ManifestError):
+            return {}
+        return {current / library.path: library.blob.sha256 for library in manifest.libraries}
 
     def _install_access(self, manifest: Manifest) -> None:
         if not self.access_from_manifest:

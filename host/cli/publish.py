@@ -2,7 +2,8 @@
 
 In order: every library file is validated (any problem: each is listed, nothing is uploaded, exit
 1); with `--compiled` the folder is compiled too; the access file given with `--access` is checked
-and its edge edition made (public keys only: access/edge.py). Then the blobs the origin lacks are
+and its edge edition made (public keys only: access/edge.py), and so is each publisher folder's
+access file (host/catalog/scopes.py), always: a folder's keys travel with its libraries. Then the blobs the origin lacks are
 uploaded under content-addressed names (a progress bar on a terminal), the library files are
 checked unchanged since they were read, and the manifest is written last: replicas switch only
 when it changes, so they never see half a publish. Before it, the same manifest goes under its
@@ -32,6 +33,7 @@ from access.edge import edge_edition
 from access.errors import AccessConfigError
 from host.catalog.generations import default_cache_dir, load_catalog
 from host.catalog.publication import Publication, changes, plan_publication, same_content
+from host.catalog.scopes import PUBLISHER_ACCESS_FILE, find_scopes
 from host.cli.common import add_setting_options, parse_duration, say
 from host.cli.validate import validate_paths
 from host.origin import ObjectMissing, Origin, OriginError, open_origin
@@ -137,6 +139,17 @@ def publish_command(args: argparse.Namespace) -> int:
             problems.append(f"{args.access}: does not exist")
         except AccessConfigError as problem:
             problems.append(str(problem))
+    publishers = {}
+    for folder in find_scopes(source):
+        path = source / folder / PUBLISHER_ACCESS_FILE
+        try:
+            body, notes = edge_edition(path)
+        except AccessConfigError as problem:
+            problems.append(str(problem))
+            continue
+        publishers[folder] = (Blob(hashlib.sha256(body).hexdigest(), len(body)), body)
+        for note in notes:
+            say(f"{path}: {note}")
     if problems:
         return refuse(problems)
     catalog, compiled_dir = None, None
@@ -145,7 +158,8 @@ def publish_command(args: argparse.Namespace) -> int:
         catalog = load_catalog(source, cache_dir=compiled_dir, max_bytes=args.max_library_bytes, progress=say)
         if catalog.problems:
             return refuse(list(catalog.problems))
-    publication = plan_publication(source, catalog=catalog, compiled_dir=compiled_dir, access=access)
+    publication = plan_publication(source, catalog=catalog, compiled_dir=compiled_dir, access=access,
+                                   publishers=publishers)
     try:
         origin = open_origin(args.destination)
         before = published_state(origin)
@@ -239,8 +253,8 @@ def publish(origin: Origin, publication: Publication, manifest: Manifest, before
     started = time.perf_counter()
     with progress_bar(total, bar) as advance:
         for blob in missing:
-            if blob == manifest.access and publication.access_body is not None:
-                origin.put(blob.key, publication.access_body)
+            if blob.sha256 in publication.bodies:  # an edge edition, made here
+                origin.put(blob.key, publication.bodies[blob.sha256])
                 advance(blob.size)
             else:
                 origin.upload(blob.key, publication.files[blob.sha256], advance)

@@ -92,6 +92,7 @@ def serve_command(args: argparse.Namespace) -> int:
     configure_scans(settings.scan_threads, settings.max_batch)
     started = time.perf_counter()
     catalog = load_catalog(sources.root, cache_dir=sources.compiled_dir, max_bytes=settings.max_library_bytes,
+                           digests=sources.digests(),
                            progress=say, bars=True)
     for skipped in catalog.problems:
         say(f"skipped {skipped}")
@@ -125,10 +126,10 @@ def serve_command(args: argparse.Namespace) -> int:
         # worker to map at once; on a thread, while the workers start (they take a second to
         # import the service), not before. This process only supervises them: it lets go of the
         # catalog once that is done.
-        libraries = catalog.libraries
-        threading.Thread(target=Residency(settings.populate_bytes).admit, args=(libraries,),
+        segments = catalog.segments
+        threading.Thread(target=Residency(settings.populate_bytes).admit, args=(segments,),
                          name="populate", daemon=True).start()
-        del catalog, embedders, libraries
+        del catalog, embedders, segments
         os.environ[ENVIRONMENT_VARIABLE] = settings.to_environment()
         os.environ[LOG_LEVEL_VARIABLE] = args.log_level
         server.run("host.web.app:app_from_environment", settings, **where)

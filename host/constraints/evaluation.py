@@ -15,7 +15,9 @@ constraint (NOT included) can bring a hidden bit back.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,15 +37,28 @@ SEARCH_WHEN_FEWER = 1 / 16
 MAX_MAP_BYTES = 1 << 28
 
 
-def evaluate(node: Node, index: TextIndex, library: str) -> np.ndarray:
-    """Rows of one library (its text index and name) that satisfy `node`, as a bool mask."""
+@dataclass(frozen=True)
+class RowLibraries:
+    """Which library each row of a text index is served as (a segment of many library files):
+    `owners[row]` indexes `names`; -1 is a row served as none (it matches no `library` condition)."""
+
+    names: Sequence[str]
+    owners: np.ndarray
+
+
+def evaluate(node: Node, index: TextIndex, library: str | RowLibraries) -> np.ndarray:
+    """Rows of a text index that satisfy `node`, as a bool mask; `library` is the name of the one
+    library its rows are, or which library each row is (`RowLibraries`)."""
     if isinstance(node, Words):
         if node.label == "library":
-            return np.full(index.rows, _sequence_in(node, words(library)))
+            phrase = node
+            return _library_mask(index, library, lambda name: _sequence_in(phrase, _name_words(name)))
         return words_mask(index.words[node.label], node.words, prefix=node.prefix)
     if isinstance(node, Compare):
         if node.field == "library":
-            return np.full(index.rows, compare_strings(fold(library), node.operator, node.value))
+            comparison = node
+            return _library_mask(index, library,
+                                 lambda name: compare_strings(_folded(name), comparison.operator, comparison.value))
         return compare_mask(index.values[node.field], node.operator, node.value)
     if isinstance(node, And | Or):
         mask = evaluate(node.children[0], index, library)
@@ -60,7 +75,26 @@ def evaluate(node: Node, index: TextIndex, library: str) -> np.ndarray:
     raise TypeError(f"not a constraint node: {node!r}")
 
 
-def evaluate_libraries(node: Node, libraries: Sequence[tuple[TextIndex, str]]) -> np.ndarray:
+def _library_mask(index: TextIndex, library: str | RowLibraries, matches: Callable[[str], bool]) -> np.ndarray:
+    """Rows whose library's name `matches`: each name asked once, whatever the number of rows."""
+    if isinstance(library, str):
+        return np.full(index.rows, matches(library))
+    per_name = np.fromiter(map(matches, library.names), dtype=bool, count=len(library.names))
+    owned: np.ndarray = np.append(per_name, False)[library.owners]  # -1, a row served as none: the False
+    return owned
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _name_words(name: str) -> list[str]:
+    return words(name)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _folded(name: str) -> str:
+    return fold(name)
+
+
+def evaluate_libraries(node: Node, libraries: Sequence[tuple[TextIndex, str | RowLibraries]]) -> np.ndarray:
     """The mask over several libraries' rows laid end to end (a ModelIndex's global rows)."""
     if not libraries:
         return np.zeros(0, dtype=bool)

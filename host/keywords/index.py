@@ -41,7 +41,10 @@ class KeywordIndex:
     frequencies: np.ndarray
     lengths: np.ndarray  # (rows,) int32, file order
     stored_rows: np.ndarray | None  # (rows,) int32: each file row's stored row; None: the same
-    tag_rows_of_term: np.ndarray  # (terms, tags) int32
+    public_rows_of_term: np.ndarray  # (terms,) int32
+    tag_term_offsets: np.ndarray  # (terms + 1,) int64: each term's counts of the other tags, sparse
+    tag_term_tags: np.ndarray  # uint16
+    tag_term_rows: np.ndarray  # int32
     tag_rows: np.ndarray  # (tags,) int64
     tag_lengths: np.ndarray  # (tags,) int64
     block_offsets: np.ndarray
@@ -80,10 +83,20 @@ class KeywordIndex:
         return TermPostings(self.posting_rows[start:stop], self.frequencies[start:stop], self.block_last[first:last],
                             self.block_bound[first:last])
 
+    @property
+    def tag_count(self) -> int:
+        return len(self.tag_rows)
+
     def rows_holding(self, term: int, tags: np.ndarray | None) -> int:
-        """Rows holding `term` among those of `tags` (tag ids of this library; None: every tag)."""
-        counts = self.tag_rows_of_term[term]
-        return int(counts.sum() if tags is None else counts[tags].sum())
+        """Rows holding `term` among those of `tags` (ascending tag ids of this library; None: every tag)."""
+        start, stop = int(self.tag_term_offsets[term]), int(self.tag_term_offsets[term + 1])
+        counts = self.tag_term_rows[start:stop]
+        if tags is None:
+            return int(self.public_rows_of_term[term]) + int(counts.sum())
+        public = int(self.public_rows_of_term[term]) if len(tags) and tags[0] == 0 else 0
+        if start == stop:
+            return public
+        return public + int(counts[np.isin(self.tag_term_tags[start:stop], tags)].sum())
 
 
 def open_keyword_index(load: Callable[[str], np.ndarray], rows: int, language: str) -> KeywordIndex:
@@ -93,7 +106,9 @@ def open_keyword_index(load: Callable[[str], np.ndarray], rows: int, language: s
                          term_offsets=arrays["term_offsets"], posting_rows=arrays["rows"],
                          frequencies=arrays["frequencies"], lengths=arrays["lengths"],
                          stored_rows=arrays["stored_rows"] if len(arrays["stored_rows"]) else None,
-                         tag_rows_of_term=arrays["tag_rows_of_term"], tag_rows=arrays["tag_rows"],
+                         public_rows_of_term=arrays["public_rows_of_term"],
+                         tag_term_offsets=arrays["tag_term_offsets"], tag_term_tags=arrays["tag_term_tags"],
+                         tag_term_rows=arrays["tag_term_rows"], tag_rows=arrays["tag_rows"],
                          tag_lengths=arrays["tag_lengths"], block_offsets=arrays["block_offsets"],
                          block_last=arrays["block_last"], block_bound=arrays["block_bound"])
     terms = index.term_count
@@ -108,12 +123,13 @@ def open_keyword_index(load: Callable[[str], np.ndarray], rows: int, language: s
         or index.frequencies.shape != (postings,)
         or index.lengths.shape != (rows,)
         or (index.stored_rows is not None and index.stored_rows.shape != (rows,))
-        or index.tag_rows_of_term.ndim != 2
-        or index.tag_rows_of_term.shape[0] != terms
+        or index.public_rows_of_term.shape != (terms,)
+        or index.tag_term_offsets.shape != (terms + 1,)
+        or int(index.tag_term_offsets[-1]) != len(index.tag_term_tags)
+        or index.tag_term_rows.shape != index.tag_term_tags.shape
         or index.block_offsets.shape != (terms + 1,)
         or not np.array_equal(np.diff(index.block_offsets), blocks)
         or not len(index.block_last) == len(index.block_bound) == int(index.block_offsets[-1])
-        or index.tag_rows.shape != (index.tag_rows_of_term.shape[1],)
         or index.tag_lengths.shape != index.tag_rows.shape
         or index.posting_rows.dtype != np.dtype("<i4")
         or index.frequencies.dtype != np.dtype("<u2")

@@ -13,7 +13,9 @@ their time hides behind it, and a stored (laid out) library maps them through `s
     keywords.frequencies                   uint16: how often the row holds the term (saturating)
     keywords.lengths                       (rows,) int32: each row's terms (text and title), file order
     keywords.stored_rows                   (rows,) int32: each row's stored row (empty: the same)
-    keywords.tag_rows_of_term              (terms, tags) int32: rows of each tag holding the term
+    keywords.public_rows_of_term           (terms,) int32: public rows (tag 0) holding each term
+    keywords.tag_term_offsets              (terms + 1,) int64: where each term's counts of other tags start
+    keywords.tag_term_tags, tag_term_rows  uint16, int32: those tags (ascending) and their rows holding the term
     keywords.tag_rows, keywords.tag_lengths (tags,) int64: rows of each tag, and their terms
     keywords.block_offsets                 (terms + 1,) int64: where each term's blocks start
     keywords.block_last                    int32: the last row of each block of BLOCK postings
@@ -22,10 +24,14 @@ their time hides behind it, and a stored (laid out) library maps them through `s
 
 The per-tag counts are what makes statistics a caller's own (host/search/keywords.py): N, the rows
 holding a term and the total length are summed over the tags a caller may see, so a private bit
-never moves a public score. The block bounds let a search skip a block whose best possible score
-cannot enter the answer (host/keywords/top.py). They are taken at the library's own average
-length A; a caller whose average A' differs (some tags hidden) multiplies them by max(1, A'/A),
-which bounds the block at A' too: a larger average only shortens every norm by at most A/A'.
+never moves a public score. The counts of tags other than the public one are kept sparse (only the
+terms a tag's rows hold): a segment packing many publishers' libraries has one tag per publisher's
+private tag (host/library/visibility.py), and a dense table of terms x tags would not fit.
+
+The block bounds let a search skip a block whose best possible score cannot enter the answer
+(host/keywords/top.py). They are taken at the library's own average length A; a caller whose
+average A' differs (some tags hidden) multiplies them by max(1, A'/A), which bounds the block at A' too:
+a larger average only shortens every norm by at most A/A'.
 """
 
 from __future__ import annotations
@@ -64,8 +70,9 @@ BLOCK = 128  # postings a block: the unit a search skips
 MOST_FREQUENCY = np.iinfo(np.uint16).max
 K1 = 1.2  # BM25's term frequency saturation and length normalisation (Lucene's and bm25s's defaults)
 B = 0.75
-ARRAYS = ("terms", "term_bytes", "term_offsets", "rows", "frequencies", "lengths", "stored_rows", "tag_rows_of_term",
-          "tag_rows", "tag_lengths", "block_offsets", "block_last", "block_bound")
+ARRAYS = ("terms", "term_bytes", "term_offsets", "rows", "frequencies", "lengths", "stored_rows", "public_rows_of_term",
+          "tag_term_offsets", "tag_term_tags", "tag_term_rows", "tag_rows", "tag_lengths", "block_offsets", "block_last",
+          "block_bound")
 
 
 def array_names() -> list[str]:
@@ -93,6 +100,7 @@ def build_postings(fields: Sequence[FieldWords], tag_ids: np.ndarray, tag_count:
         arrays = _counted_in_c(fields, terms.maps, tag_ids, tag_count, terms.count)
     else:
         arrays = _counted_in_numpy(fields, terms.maps, tag_ids, tag_count, terms.count, rows)
+    arrays.update(tagged_counts(arrays["term_offsets"], arrays["rows"], tag_ids))
     arrays["terms"], arrays["term_bytes"] = terms.data, terms.offsets
     arrays["stored_rows"] = np.zeros(0, dtype=np.int32)
     return {PREFIX + name: arrays[name] for name in ARRAYS}
@@ -112,16 +120,18 @@ def _counted_in_c(fields: Sequence[FieldWords], maps: list[np.ndarray], tag_ids:
     (text, title), (text_map, title_map) = fields, maps
     text_lengths, title_lengths = (np.ascontiguousarray(field.lengths, dtype=np.int64) for field in fields)
     rows_of_term = np.empty(terms, dtype=np.int64)
-    tag_rows = np.empty((terms, tag_count), dtype=np.int32)
+    # The loops count two classes, public (0) and the rest (1): the other tags' counts are sparse (`tagged_counts`).
+    public_or_not = np.minimum(tag_ids, 1).astype(np.uint16)
+    classes = np.empty((terms, 2), dtype=np.int32)
     lengths = np.empty(len(tag_ids), dtype=np.int32)
-    compiled.count(text.words, text_lengths, text_map, title.words, title_lengths, title_map, tag_ids, tag_count,
-                   rows_of_term, tag_rows, lengths)
+    compiled.count(text.words, text_lengths, text_map, title.words, title_lengths, title_map, public_or_not, 2,
+                   rows_of_term, classes, lengths)
     arrays = _sized(rows_of_term, lengths, tag_ids, tag_count)
-    compiled.place(text.words, text_lengths, text_map, title.words, title_lengths, title_map, tag_ids, tag_count,
+    compiled.place(text.words, text_lengths, text_map, title.words, title_lengths, title_map, public_or_not, 2,
                    lengths, K1, B, library_average(arrays["tag_rows"], arrays["tag_lengths"]), BLOCK,
                    arrays["term_offsets"], arrays["rows"], arrays["frequencies"], arrays["block_offsets"],
                    arrays["block_last"], arrays["block_bound"])
-    arrays["tag_rows_of_term"] = tag_rows
+    arrays["public_rows_of_term"] = np.ascontiguousarray(classes[:, 0])
     return arrays
 
 
@@ -157,10 +167,23 @@ def _counted_in_numpy(fields: Sequence[FieldWords], maps: list[np.ndarray], tag_
     arrays = _sized(np.bincount(posting_terms, minlength=terms), lengths.astype(np.int32), tag_ids, tag_count)
     arrays["rows"][:] = posting_rows
     arrays["frequencies"][:] = np.minimum(counts, MOST_FREQUENCY)
-    arrays["tag_rows_of_term"] = np.bincount(posting_terms * tag_count + tag_ids[posting_rows].astype(np.int64),
-                                             minlength=terms * tag_count).astype(np.int32).reshape(terms, tag_count)
+    arrays["public_rows_of_term"] = np.bincount(posting_terms[tag_ids[posting_rows] == 0], minlength=terms).astype(np.int32)
     _fill_blocks(arrays, library_average(arrays["tag_rows"], arrays["tag_lengths"]))
     return arrays
+
+
+def tagged_counts(term_offsets: np.ndarray, rows: np.ndarray, tag_ids: np.ndarray) -> dict[str, np.ndarray]:
+    """For the tags other than the public one, how many rows of each tag hold each term, sparse: the
+    counts of term t are [tag_term_offsets[t], tag_term_offsets[t + 1]) of `tag_term_tags` (ascending)
+    and `tag_term_rows`. Only the postings of tagged rows are read: none in a public library."""
+    terms = len(term_offsets) - 1
+    tagged = np.flatnonzero(tag_ids[rows] != 0) if np.any(tag_ids) else np.zeros(0, np.int64)
+    term = np.searchsorted(term_offsets, tagged, side="right") - 1
+    keys, counts = np.unique(term * 65536 + tag_ids[rows[tagged]].astype(np.int64), return_counts=True)
+    offsets = np.zeros(terms + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys // 65536, minlength=terms), out=offsets[1:])
+    return {"tag_term_offsets": offsets, "tag_term_tags": (keys % 65536).astype(np.uint16),
+            "tag_term_rows": counts.astype(np.int32)}
 
 
 def library_average(tag_rows: np.ndarray, tag_lengths: np.ndarray) -> float:

@@ -20,6 +20,7 @@ from host.library.canonical import canonical_digest, canonical_digests
 from host.library.embeddings import KNOWN_DIMENSIONS, MAX_EMBEDDING_MAGNITUDE, decode_embedding
 from host.library.omit import OMITTABLE_KEYS
 from host.library.problems import Problems
+from host.library.visibility import SCOPE_MARK
 
 MAX_TOKEN_COUNT = 2**31 - 1  # the compiled form holds token counts as int32
 BIT_KEYS = frozenset({"id", *OMITTABLE_KEYS})
@@ -108,6 +109,8 @@ class BitChecker:
         urls = [info.get("url") for info in infos]
         if None in urls or min(counts) < 0 or max(counts) > MAX_TOKEN_COUNT or "" in tags:
             return None
+        if self.folder_tag is None and any(tag and SCOPE_MARK in tag for tag in tags):
+            return None  # the careful path says what is wrong
         present = cast("list[str]", urls)  # None is refused above
         if "" in [url.strip() for url in present]:
             return None
@@ -164,7 +167,7 @@ class BitChecker:
             if any(value is not None and type(value) is not str for value in info.values()):
                 return None
             tag = folder_tag if folder_tag is not None else bit.get("access_tag")
-            if tag is not None and (type(tag) is not str or not tag):
+            if tag is not None and (type(tag) is not str or not tag or SCOPE_MARK in tag):
                 return None
             try:
                 raw = pybase64.b64decode(encoded, validate=True)
@@ -241,6 +244,9 @@ class BitChecker:
         tag = self.folder_tag if self.folder_tag is not None else bit.get("access_tag")
         if tag is not None and (not isinstance(tag, str) or not tag):
             problems.report(f"{where}.access_tag: must be a non-empty string, got {tag!r}")
+            whole = False
+        elif tag is not None and SCOPE_MARK in tag:
+            problems.report(f"{where}.access_tag: must not hold a NUL character, got {tag!r:.80}")
             whole = False
         if not whole or info is None or vector is None:
             return None

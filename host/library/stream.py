@@ -44,6 +44,7 @@ Progress = Callable[[int], None]  # bytes of the file read so far
 BETWEEN_BITS = re.compile(r"[ \t\n\r]*,[ \t\n\r]*\{")
 FAST_MISSES = 4  # blocks in a row that need the full parse before the fast path is left off for the file
 _DECODE_BITS = msgspec.json.Decoder(list[WholeBit]).decode
+_DECODE_TOP = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 
 
 def _refuse_constant(name: str) -> Any:
@@ -342,6 +343,35 @@ def _whole_file(path: Path, sink: BitSink, access_tag: str | None, problem_limit
     problems = Problems(collect=True, limit=problem_limit)
     header = check_bits_into(data, sink, access_tag=access_tag, consume=True, problems=problems)
     return Streamed(header, problems.found, problems.count, digest.hexdigest())
+
+
+def read_small(body: bytes, access_tag: str | None) -> tuple[LibraryHeader, list[BitBlock]] | None:
+    """A small library file's bytes decoded at once (msgspec) and its bits checked column by column:
+    its header and its bits' blocks. None where anything is not plainly whole or well formed: the
+    caller then reads it with `stream_library`, whose messages name what is wrong. Ten thousand small
+    files are read this way in a fraction of what parsing each bit of them alone would take."""
+    try:
+        document = _DECODE_TOP(body)
+        raw_bits = document.pop("bits", None)
+        header: dict[str, Any] = {key: msgspec.json.decode(value) for key, value in document.items()}
+        if raw_bits is None or type(header.get("version")) is not int or header["version"] != 1:
+            return None
+        bits = _DECODE_BITS(raw_bits)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+    problems = Problems(collect=True, limit=1)
+    checked = check_top_level({**header, "bits": []}, problems)
+    if checked is None or problems:
+        return None
+    _, model, sort, details, language = checked
+    checker = BitChecker(model, access_tag, problems)
+    blocks = []
+    for start in range(0, len(bits), BLOCK):
+        block = checker.check_decoded(bits[start : start + BLOCK])
+        if block is None or problems:
+            return None
+        blocks.append(block)
+    return LibraryHeader(model, details, sort, checker.dimension, checker.read, checker.dropped, language), blocks
 
 
 def read_whole(path: Path, max_bytes: int, reason: str = " (raise --max-library-bytes)") -> Any:

@@ -1,4 +1,4 @@
-"""The manifest of a published set: which library files, compiled stores and access file it holds.
+"""The manifest of a published set: which library files, compiled segments and access files it holds.
 
 A published set is content-addressed blobs (`objects/sha256/<hex>`, written once, never changed)
 and one `manifest.json` naming them, written last. A replica switches sets only when the manifest
@@ -7,14 +7,21 @@ it does. The manifest is read strictly (unknown fields, wrong types and unsafe p
 with one line), because a replica writes files at the paths it names: a path is relative, made of
 `/`-separated parts that are not empty, `.`, `..` nor hidden, without backslashes or controls.
 
-    {"format": "polymath-host/published-1", "published_at": "2026-11-25T17:00:00Z",
+    {"format": "polymath-host/published-2", "published_at": "2026-11-25T17:00:00Z",
      "libraries": [{"path": "access/team/notes.json", "sha256": "<hex>", "size": 123, "mtime_ns": 1,
-                    "compiled": {"store_format": 6, "files": [{"name": "embeddings.npy", "sha256": "<hex>",
-                                                               "size": 4096}, ...]}}],
-     "access": {"sha256": "<hex>", "size": 456} | null}
+                    "segment": "018c2e4f9a10-3fa1b2c4", "member": 0}],
+     "segments": [{"name": "018c2e4f9a10-3fa1b2c4", "store_format": 11,
+                   "files": [{"name": "embeddings.npy", "sha256": "<hex>", "size": 4096}, ...]}],
+     "access": {"sha256": "<hex>", "size": 456} | null,
+     "publishers": [{"folder": "writers/ada", "sha256": "<hex>", "size": 321}]}
 
-`mtime_ns` is the publisher's modification time of the file, which its compiled store's source key
-holds: a replica gives the file that time, so the store opens without hashing the file again.
+`segment` and `member` (with `--compiled`) say which published segment serves the file
+(host/catalog/plan.py): a replica of the same store format puts the segments in place and serves
+them without compiling. A segment is immutable and named once: a change to one library publishes
+that library's file and the small segment it was compiled into, nothing of the others. `mtime_ns`
+is the publisher's modification time of the file: a replica gives the file that time, so its plan
+matches without hashing the file again. `publishers` are the edge editions of the access files of
+publisher folders (host/catalog/scopes.py), each put at `<folder>/access.SECRET.json`.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-FORMAT = "polymath-host/published-1"
+FORMAT = "polymath-host/published-2"  # 2: segments of many library files, publishers' access files
 MANIFEST_KEY = "manifest.json"
 MANIFEST_LIMIT = 64 << 20  # bytes: a manifest names files, it never holds them
 OBJECTS = "objects/sha256"
@@ -57,8 +64,8 @@ class PublishedLibrary:
     path: str  # relative, "/"-separated, ends in .json: where the file goes in the replica's folder
     blob: Blob
     mtime_ns: int
-    store_format: int | None = None  # of the compiled store published beside it; None: none
-    compiled: tuple[CompiledFile, ...] = ()
+    segment: str | None = None  # the published segment serving it; None: none (a replica compiles it)
+    member: int = 0  # its member number in that segment
 
     @property
     def name(self) -> str:
@@ -66,20 +73,38 @@ class PublishedLibrary:
 
 
 @dataclass(frozen=True)
+class PublishedSegment:
+    name: str  # a folder name
+    store_format: int
+    files: tuple[CompiledFile, ...]
+
+
+@dataclass(frozen=True)
+class PublishedScope:
+    folder: str  # a publisher folder: its access file's edge edition goes at <folder>/access.SECRET.json
+    blob: Blob
+
+
+@dataclass(frozen=True)
 class Manifest:
     libraries: tuple[PublishedLibrary, ...]
     access: Blob | None = None
     published_at: str = ""
+    segments: tuple[PublishedSegment, ...] = ()
+    publishers: tuple[PublishedScope, ...] = ()
 
     def blobs(self) -> list[Blob]:
         """Every blob the set needs, each once, in a stable order."""
         found: dict[str, Blob] = {}
         for library in self.libraries:
             found.setdefault(library.blob.sha256, library.blob)
-            for file in library.compiled:
+        for segment in self.segments:
+            for file in segment.files:
                 found.setdefault(file.blob.sha256, file.blob)
         if self.access:
             found.setdefault(self.access.sha256, self.access)
+        for scope in self.publishers:
+            found.setdefault(scope.blob.sha256, scope.blob)
         return list(found.values())
 
     def library(self, path: str) -> PublishedLibrary | None:
@@ -92,14 +117,19 @@ def render_manifest(manifest: Manifest) -> bytes:
 
     def library(item: PublishedLibrary) -> dict[str, Any]:
         entry: dict[str, Any] = {"path": item.path, **blob(item.blob), "mtime_ns": item.mtime_ns}
-        if item.store_format is not None:
-            entry["compiled"] = {"store_format": item.store_format,
-                                 "files": [{"name": file.name, **blob(file.blob)} for file in item.compiled]}
+        if item.segment is not None:
+            entry.update(segment=item.segment, member=item.member)
         return entry
+
+    def segment(item: PublishedSegment) -> dict[str, Any]:
+        return {"name": item.name, "store_format": item.store_format,
+                "files": [{"name": file.name, **blob(file.blob)} for file in item.files]}
 
     document = {"format": FORMAT, "published_at": manifest.published_at,
                 "libraries": [library(item) for item in manifest.libraries],
-                "access": blob(manifest.access) if manifest.access else None}
+                "segments": [segment(item) for item in manifest.segments],
+                "access": blob(manifest.access) if manifest.access else None,
+                "publishers": [{"folder": item.folder, **blob(item.blob)} for item in manifest.publishers]}
     return (json.dumps(document, indent=1, ensure_ascii=False) + "\n").encode()
 
 
@@ -116,7 +146,8 @@ def parse_manifest(body: bytes, where: str) -> Manifest:
 
 
 def _manifest(document: Any) -> Manifest:
-    _fields(document, "the manifest", {"format", "published_at", "libraries", "access"}, {"format", "libraries"})
+    _fields(document, "the manifest", {"format", "published_at", "libraries", "segments", "access", "publishers"},
+            {"format", "libraries"})
     if document["format"] != FORMAT:
         raise ManifestError(f"format {document['format']!r} is not {FORMAT!r} (publish with this version, "
                             "or upgrade the replica)")
@@ -132,33 +163,66 @@ def _manifest(document: Any) -> Manifest:
         if library.path.lower() in seen:
             raise ManifestError(f"libraries: {library.path!r} is listed twice")
         seen.add(library.path.lower())
+    segments = tuple(_segment(entry, f"segments[{index}]") for index, entry in enumerate(_list(document, "segments")))
+    names = {segment.name for segment in segments}
+    if len(names) != len(segments):
+        raise ManifestError("segments: a name is listed twice")
+    for index, library in enumerate(libraries):
+        if library.segment is not None and library.segment not in names:
+            raise ManifestError(f"libraries[{index}].segment: {library.segment!r} is not among the segments")
+    publishers = tuple(_publisher(entry, f"publishers[{index}]")
+                       for index, entry in enumerate(_list(document, "publishers")))
+    if len({scope.folder for scope in publishers}) != len(publishers):
+        raise ManifestError("publishers: a folder is listed twice")
     access = document.get("access")
-    return Manifest(libraries, None if access is None else _blob(access, "access"), published_at)
+    return Manifest(libraries, None if access is None else _blob(access, "access"), published_at, segments, publishers)
+
+
+def _list(document: dict[str, Any], name: str) -> list[Any]:
+    value = document.get(name, [])
+    if not isinstance(value, list):
+        raise ManifestError(f"{name}: must be a list")
+    return value
 
 
 def _library(entry: Any, where: str) -> PublishedLibrary:
-    _fields(entry, where, {"path", "sha256", "size", "mtime_ns", "compiled"}, {"path", "sha256", "size", "mtime_ns"})
+    _fields(entry, where, {"path", "sha256", "size", "mtime_ns", "segment", "member"}, {"path", "sha256", "size", "mtime_ns"})
     path = entry["path"]
     if not is_safe_path(path) or not path.endswith(".json"):
         raise ManifestError(f"{where}.path: {str(path)[:200]!r} is not a relative path of a .json file")
     mtime_ns = _integer(entry["mtime_ns"], f"{where}.mtime_ns")
-    compiled = entry.get("compiled")
-    if compiled is None:
-        return PublishedLibrary(path, _blob(entry, where), mtime_ns)
-    _fields(compiled, f"{where}.compiled", {"store_format", "files"}, {"store_format", "files"})
-    store_format = _integer(compiled["store_format"], f"{where}.compiled.store_format")
-    if not isinstance(compiled["files"], list):
-        raise ManifestError(f"{where}.compiled.files: must be a list")
+    segment = entry.get("segment")
+    if segment is not None and (not is_safe_path(segment) or "/" in segment):
+        raise ManifestError(f"{where}.segment: {str(segment)[:200]!r} is not a segment's name")
+    return PublishedLibrary(path, _blob(entry, where), mtime_ns, segment, _integer(entry.get("member", 0), f"{where}.member"))
+
+
+def _segment(entry: Any, where: str) -> PublishedSegment:
+    _fields(entry, where, {"name", "store_format", "files"}, {"name", "store_format", "files"})
+    name = entry["name"]
+    if not is_safe_path(name) or "/" in name:
+        raise ManifestError(f"{where}.name: {str(name)[:200]!r} is not a folder name")
+    store_format = _integer(entry["store_format"], f"{where}.store_format")
+    if not isinstance(entry["files"], list):
+        raise ManifestError(f"{where}.files: must be a list")
     files = []
-    for index, file in enumerate(compiled["files"]):
-        _fields(file, f"{where}.compiled.files[{index}]", {"name", "sha256", "size"}, {"name", "sha256", "size"})
-        name = file["name"]
-        if not is_safe_path(name) or "/" in name:
-            raise ManifestError(f"{where}.compiled.files[{index}].name: {str(name)[:200]!r} is not a file name")
-        files.append(CompiledFile(name, _blob(file, f"{where}.compiled.files[{index}]")))
+    for index, file in enumerate(entry["files"]):
+        _fields(file, f"{where}.files[{index}]", {"name", "sha256", "size"}, {"name", "sha256", "size"})
+        file_name = file["name"]
+        if not is_safe_path(file_name) or "/" in file_name:
+            raise ManifestError(f"{where}.files[{index}].name: {str(file_name)[:200]!r} is not a file name")
+        files.append(CompiledFile(file_name, _blob(file, f"{where}.files[{index}]")))
     if len({file.name for file in files}) != len(files):
-        raise ManifestError(f"{where}.compiled.files: a name is listed twice")
-    return PublishedLibrary(path, _blob(entry, where), mtime_ns, store_format, tuple(files))
+        raise ManifestError(f"{where}.files: a name is listed twice")
+    return PublishedSegment(name, store_format, tuple(files))
+
+
+def _publisher(entry: Any, where: str) -> PublishedScope:
+    _fields(entry, where, {"folder", "sha256", "size"}, {"folder", "sha256", "size"})
+    folder = entry["folder"]
+    if not is_safe_path(folder):
+        raise ManifestError(f"{where}.folder: {str(folder)[:200]!r} is not a relative folder")
+    return PublishedScope(folder, _blob(entry, where))
 
 
 def _blob(entry: Any, where: str) -> Blob:

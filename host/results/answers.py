@@ -40,6 +40,9 @@ def result_header(index: ModelIndex, selection: Selection, omit: Omit, *, restri
         details["counts"]["restricted"] = selection.restricted
     if restricted_message and selection.restricted:
         details["message"] = RESTRICTED_PREFIX + restricted_message
+    if selection.best_score is not None:
+        # The best bit's rank score, kept by a threshold or not: "how sure" without a second call.
+        details["best_score"] = selection.best_score
     if selection.notes:
         details["notes"] = list(selection.notes)
     return {
@@ -68,12 +71,12 @@ def estimated_answer_bytes(index: ModelIndex, selection: Selection, omit: Omit, 
     records = 0
     if "text" not in omit or "info" not in omit:
         rows = selection.rows
-        if len(index.libraries) == 1:
-            parts = [(index.libraries[0], rows)]
+        if len(index.segments) == 1:
+            parts = [(index.segments[0], rows)]
         else:
             owners = np.searchsorted(index.offsets, rows, side="right") - 1
-            parts = [(index.libraries[position], rows[owners == position] - index.offsets[position])
+            parts = [(index.segments[position], rows[owners == position] - index.offsets[position])
                      for position in np.unique(owners).tolist()]
-        for library, local in parts:
-            records += int((library.record_offsets[local + 1] - library.record_offsets[local]).sum())
+        for segment, local in parts:
+            records += int((segment.record_offsets[local + 1] - segment.record_offsets[local]).sum())
     return BYTES_AROUND_BITS + len(selection.rows) * per_bit + records

@@ -14,7 +14,7 @@ from host.catalog.model_index import ModelIndex
 from host.library.embeddings import encode_embedding
 from host.library.omit import Omit, parse_omit
 from host.search.engine import Selection
-from host.store.compiled import CompiledLibrary, decode_record
+from host.store.compiled import Segment, decode_record
 
 OMIT_NOTHING = parse_omit("")
 _WORD = re.compile(r"\S+")
@@ -34,7 +34,7 @@ def cut_text_to_tokens(text: str, token_count: int, budget: int) -> str:
 
 
 def result_bit(
-    library: CompiledLibrary,
+    segment: Segment,
     row: int,
     omit: Omit = OMIT_NOTHING,
     *,
@@ -50,17 +50,17 @@ def result_bit(
     bit); `binary_embedding` gives raw float32 bytes (for msgpack) in place of base64. `record` is
     the row's record when the caller has read it already (`selection_bits` reads them together)."""
     if record is None:
-        record = library.record(row)
-    token_count = int(library.token_counts[row])
+        record = segment.record(row)
+    token_count = int(segment.token_counts[row])
     text = record["text"]
     if cut_to_tokens is not None:
         text = cut_text_to_tokens(text, token_count, cut_to_tokens)
         token_count = cut_to_tokens
-    bit: dict[str, Any] = {"id": library.bit_id(row)}
+    bit: dict[str, Any] = {"id": segment.bit_id(row)}
     if "text" not in omit:
         bit["text"] = text
     if "embedding" not in omit:
-        vector = np.asarray(library.embeddings[row], dtype="<f4")
+        vector = np.asarray(segment.embeddings[row], dtype="<f4")
         bit["embedding"] = vector.tobytes() if binary_embedding else encode_embedding(vector)
     if "token_count" not in omit:
         bit["token_count"] = token_count
@@ -78,7 +78,7 @@ def selection_bits(index: ModelIndex, selection: Selection, omit: Omit = OMIT_NO
     """The selected rows (from `start` to `stop`) as bits, best first; the first is cut when it alone
     overflowed the budget."""
     rows = selection.rows[start:stop]
-    owners = np.searchsorted(index.offsets, rows, side="right") - 1  # the library of each row, at once
+    owners = np.searchsorted(index.offsets, rows, side="right") - 1  # the segment of each row, at once
     local_rows = (rows - index.offsets[owners]).tolist()
     records = _records(index, owners, local_rows)
     similarities = [None] * len(rows) if selection.scores is None else selection.scores[start:stop].tolist()
@@ -87,20 +87,20 @@ def selection_bits(index: ModelIndex, selection: Selection, omit: Omit = OMIT_NO
     for position, (owner, local, similarity, score, record) in enumerate(
             zip(owners.tolist(), local_rows, similarities, scores, records, strict=True), start):
         cut = selection.first_bit_cut_to if position == 0 else None
-        bits.append(result_bit(index.libraries[owner], local, omit, similarity=similarity, score=score,
+        bits.append(result_bit(index.segments[owner], local, omit, similarity=similarity, score=score,
                                cut_to_tokens=cut, binary_embedding=binary_embeddings, record=record))
     return bits
 
 
 def _records(index: ModelIndex, owners: np.ndarray, local_rows: list[int]) -> list[dict[str, Any]]:
-    """The records of these rows (`owners[i]` is the position of row i's library), read from each
-    library's map through a plain array view: slicing the memmap itself costs ~10x more per row."""
+    """The records of these rows (`owners[i]` is the position of row i's segment), read from each
+    segment's map through a plain array view: slicing the memmap itself costs ~10x more per row."""
     maps: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     records: list[dict[str, Any]] = []
     for owner, local in zip(owners.tolist(), local_rows, strict=True):
         if owner not in maps:
-            library = index.libraries[owner]
-            maps[owner] = (np.asarray(library.records), library.record_offsets)
+            segment = index.segments[owner]
+            maps[owner] = (np.asarray(segment.records), segment.record_offsets)
         blob, offsets = maps[owner]
         records.append(decode_record(blob[offsets[local] : offsets[local + 1]]))
     return records

@@ -177,10 +177,10 @@ def score_rows(index: ModelIndex, queries: np.ndarray, outs: list[np.ndarray], f
     """Fast scores of rows [first, last) of `index` (all by default) for each query (`queries[i]`
     into `outs[i]`), reading those rows once (host/search/products.py)."""
     last = index.bit_count if last is None else last
-    for library, offset in zip(index.libraries, index.offsets[:-1].tolist()):
-        start, stop = max(first, offset), min(last, offset + library.bit_count)
+    for segment, offset in zip(index.segments, index.offsets[:-1].tolist()):
+        start, stop = max(first, offset), min(last, offset + segment.bit_count)
         if start < stop:
-            rows_dots_many(library.embeddings[start - offset : stop - offset], queries,
+            rows_dots_many(segment.embeddings[start - offset : stop - offset], queries,
                            [out[start:stop] for out in outs])
     return outs[0]
 

@@ -1,6 +1,6 @@
-"""Approximate search over clustered libraries (an inverted file): the nearest clusters, scored.
+"""Approximate search over clustered segments (an inverted file): the nearest clusters, scored.
 
-A clustered library (host/store/clusters.py) stores each cluster's rows back to back. A query ranks the
+A clustered segment (host/store/clusters.py) stores each cluster's rows back to back. A query ranks the
 centroids, takes the nearest clusters until they hold enough rows the caller may see (at least
 `probes` clusters and `oversample` visible rows, and GROWTH times the bits the budget wants),
 scores those contiguous slices of the one memory-mapped matrix, and fills the budget from them
@@ -63,9 +63,9 @@ class ClusterScan:
         self.probes = max(1, probes)
         self.oversample = oversample
         self.margin = rounding_margin(index.dimension, index.max_norm, query)
-        self.coded = [CodedQuery(query, library.code_scale)
-                      if codes and library.codes is not None and library.code_scale is not None else None
-                      for library in index.libraries]
+        self.coded = [CodedQuery(query, segment.code_scale)
+                      if codes and segment.codes is not None and segment.code_scale is not None else None
+                      for segment in index.segments]
         errors = [coded.typical_error for coded in self.coded if coded is not None]
         if errors:
             self.margin += CODE_ERRORS * max(errors)
@@ -118,12 +118,12 @@ class ClusterScan:
         return self.order
 
     def _exact_scores(self, rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        if len(self.index.libraries) == 1:
-            return exact_scores_of(self.index.libraries[0].embeddings, self.query, rows[positions])
+        if len(self.index.segments) == 1:
+            return exact_scores_of(self.index.segments[0].embeddings, self.query, rows[positions])
         return exact_scores(self.index.gather(rows[positions]), self.query)
 
     def _pool(self, clusters: np.ndarray, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """Rows of `clusters` and of the loose libraries, their fast scores (-inf where hidden)."""
+        """Rows of `clusters` and of the loose segments, their fast scores (-inf where hidden)."""
         table, index = self.table, self.index
         ranges = [(start, stop) for start, stop in
                   [*zip(table.starts[clusters].tolist(), table.stops[clusters].tolist()), *table.loose] if stop > start]
@@ -131,28 +131,28 @@ class ClusterScan:
         total = sum(sizes)
         rows = SCRATCH.take("pool_rows", total, np.int64)
         scores = SCRATCH.take("pool_scores", total, np.float32)
-        owners = ([0] * len(ranges) if len(index.libraries) == 1 else
+        owners = ([0] * len(ranges) if len(index.segments) == 1 else
                   (np.searchsorted(index.offsets, [start for start, _ in ranges], side="right") - 1).tolist())
         block = None
         first = position = 0
-        while first < len(ranges):  # the ranges of one library at a time (sorted: each library's are together)
+        while first < len(ranges):  # the ranges of one segment at a time (sorted: each segment's are together)
             owner, last = owners[first], first + 1
             while last < len(ranges) and owners[last] == owner:
                 last += 1
-            library, base = index.libraries[owner], int(index.offsets[owner])
+            segment, base = index.segments[owner], int(index.offsets[owner])
             local = [(start - base, stop - base) for start, stop in ranges[first:last]]
             size = sum(sizes[first:last])
             coded, part = self.coded[owner], slice(position, position + size)
-            if coded is not None and library.codes is not None:  # the codes, numbering their rows as they go
+            if coded is not None and segment.codes is not None:  # the codes, numbering their rows as they go
                 if block is None and coded.compiled is None:
                     block = SCRATCH.take("code_block", CODE_VALUES - CODE_VALUES % index.dimension, np.float32)
-                coded.scores(library.codes, local, scores[part], None if block is None else
+                coded.scores(segment.codes, local, scores[part], None if block is None else
                              block.reshape(-1, index.dimension), rows[part], base)
             else:
                 _number_rows(ranges[first:last], sizes[first:last], rows[part])
                 at = position
                 for start, stop in local:
-                    row_dots(library.embeddings[start:stop], self.query, scores[at : at + stop - start])
+                    row_dots(segment.embeddings[start:stop], self.query, scores[at : at + stop - start])
                     at += stop - start
             first, position = last, position + size
         if mask is not None:

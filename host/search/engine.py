@@ -73,7 +73,8 @@ class Selection:
     restricted: int  # bits held back from this caller (computed only when asked)
     ranks: np.ndarray | None = None  # float64 rank scores (BM25, fused) when the order is not by similarity
     notes: tuple[str, ...] = ()  # what the caller should know of how the answer was made
-    keyword_scores: np.ndarray | None = None  # hybrid: each bit's keyword score normalized over the pool, 0-1
+    keyword_scores: np.ndarray | None = None  # hybrid: each bit's keyword score, 0-1 (search/keywords.py)
+    best_score: float | None = None  # the best rank score found, kept by the thresholds or not (None: nothing found)
 
 
 def similarities(index: ModelIndex, query: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -156,7 +157,7 @@ class _SignCodeScan:
         self.query = query
         self.oversample = oversample
         self.margin = rounding_margin(index.dimension, index.max_norm, query)
-        self.distances = np.concatenate([hamming_distances(lib.sign_codes, query) for lib in index.libraries])
+        self.distances = np.concatenate([hamming_distances(lib.sign_codes, query) for lib in index.segments])
 
     def fill(self, mask: np.ndarray | None, count: int, count_type: CountType, threshold: float | None,
              counts: np.ndarray | None = None) -> Filled:

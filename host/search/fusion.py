@@ -1,23 +1,24 @@
-"""Hybrid ranking: meaning and keywords together, by a convex combination of normalized scores.
+"""Hybrid ranking: meaning and keywords together, by a convex combination of absolute scores.
 
 The pool is the best POOL (or more, for a larger budget) bits by similarity and the best as many
 by BM25, both over the bits the caller may see and a constraint allows. Every bit of the pool gets
-both scores (its exact similarity, its BM25 score: 0 without a keyword), each min-max normalized
-over the pool, then
+both scores (its exact similarity; its keyword score, host/search/keywords.py's `keyword_score`:
+min(1, BM25 / |w|), 0 without a keyword), and
 
-    score = (1 - w) * similarity' + w * bm25'          w = keyword_weight, 0.5 by default
+    score = (1 - w) * clip(similarity, 0, 1) + w * keyword score      w = keyword_weight, 0.5 by default
 
-and the pool is ranked by it (ties: the higher similarity, then file order).
-
-Chosen by measurement (docs/quality.md, scripts/bench_quality.py): on CISI and CACM, nDCG@10 of
-this fusion at w = 0.5 was 0.458 / 0.565 where reciprocal-rank fusion (k = 60) of the same two
-rankings gave 0.446 / 0.541, vector search alone 0.419 / 0.389 and BM25 alone 0.377 / 0.491; over
-pools of 20 to 5,000 it stayed within 0.450-0.459 / 0.552-0.569. The weight's default is the
-neutral one: both collections did well near it (0.4-0.5), and it was not fitted to either.
+and the pool is ranked by it (ties: the higher similarity, then file order). Neither part depends
+on the other bits of the answer, so neither does the score: it means the same in every query, and
+a fixed threshold can say "nothing here". Measured with scripts/bench_quality.py (docs/quality.md):
+on CISI and CACM, nDCG@10 0.462 / 0.555 against 0.446 / 0.541 for reciprocal-rank fusion of the
+same two rankings, and with a threshold that keeps the best answer of 90% of the collection's own
+questions, 100% / 97.5% of 80 questions about something else turned away. The min-max fusion
+before it (each side normalized over the pool: its best bit near 1 in every answer) ranked a
+little better (0.465 / 0.568) and turned away 45% / 54%. The weight's default is the neutral one.
 
 A similarity threshold keeps only bits whose similarity reaches it, whichever list found them,
-and a score threshold only bits whose fused score does: both filter the ranked pool, they never
-change a bit's score or its place among the others.
+and a score threshold only bits whose score does: both filter the ranked pool, they never change
+a bit's score or its place among the others.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 from host.catalog.model_index import ModelIndex
 from host.search.budget import FIRST_GUESS_FOR_TOKENS, GROWTH, CountType, apply_budget, exact_scores
 from host.search.engine import Search, rank
-from host.search.keywords import Weighted, keyword_scores, keyword_top
+from host.search.keywords import Weighted, keyword_score, keyword_scores, keyword_top
 
 POOL = 50  # bits taken from each ranking at least: the answer of a small budget never depends on its size
 DEFAULT_KEYWORD_WEIGHT = 0.5
@@ -37,30 +38,23 @@ DEFAULT_KEYWORD_WEIGHT = 0.5
 
 @dataclass(frozen=True)
 class Fused:
-    """Rows best first, their similarities (float32), their fused scores and keyword scores normalized
-    over the pool (float64, in [0, 1]), the first bit's cut."""
+    """Rows best first, their similarities (float32), their fused and keyword scores (float64, in
+    [0, 1]), the first bit's cut, and the best fused score of the pool before any threshold."""
 
     rows: np.ndarray
     similarities: np.ndarray
     scores: np.ndarray
     keyword_scores: np.ndarray
     cut_to: int | None
+    best: float | None = None
 
 
-def fuse(similarity: np.ndarray, keyword: np.ndarray, keyword_weight: float) -> tuple[np.ndarray, np.ndarray]:
-    """The fused score of each bit of a pool (its two scores min-max normalized over the pool, weighed),
-    and its keyword score so normalized."""
-    keyword_part = _normalized(keyword)
-    return (1.0 - keyword_weight) * _normalized(similarity.astype(np.float64)) + keyword_weight * keyword_part, keyword_part
-
-
-def _normalized(scores: np.ndarray) -> np.ndarray:
-    """`scores` mapped onto [0, 1] by the pool's lowest and highest; all 1 when they are all equal."""
-    low, high = (float(scores.min()), float(scores.max())) if len(scores) else (0.0, 0.0)
-    if high <= low:
-        return np.ones(len(scores), dtype=np.float64)
-    normalized: np.ndarray = (scores - low) / (high - low)
-    return normalized
+def fuse(similarity: np.ndarray, keyword: np.ndarray, keyword_weight: float) -> np.ndarray:
+    """The fused score of each bit: its similarity (clipped to 0-1) and its keyword score (already
+    0-1, `keyword_score`), weighed."""
+    meaning = np.clip(similarity.astype(np.float64), 0.0, 1.0)
+    fused: np.ndarray = (1.0 - keyword_weight) * meaning + keyword_weight * keyword
+    return fused
 
 
 def rank_fused(index: ModelIndex, vector: np.ndarray, weighted: Weighted, *, granted: frozenset[str],
@@ -71,7 +65,8 @@ def rank_fused(index: ModelIndex, vector: np.ndarray, weighted: Weighted, *, gra
 
     `allowed` is the caller's visible rows narrowed by `constraint` (both None: every row); the
     vector side applies the same through `rank`, so both lists draw from the same bits. Bits whose
-    fused score is below `score_threshold` are left out before the budget.
+    fused score is below `score_threshold` are left out before the budget; the pool grows only while
+    a bit outside it could still reach the threshold.
     """
     depth = max(POOL, count if count_type == "bit" else FIRST_GUESS_FOR_TOKENS)
     while True:
@@ -89,10 +84,19 @@ def rank_fused(index: ModelIndex, vector: np.ndarray, weighted: Weighted, *, gra
         their_similarity = exact_scores(index.gather(only_keywords), vector) if len(only_keywords) else np.zeros(0, np.float32)
         rows = np.concatenate([nearest.rows, only_keywords]).astype(np.int64)
         similarities = np.concatenate([nearest.scores, their_similarity]).astype(np.float32)
-        keyword = np.concatenate([keyword_scores(index, weighted, nearest.rows), keyword_found[alone]])
-        fused, keyword_part = fuse(similarities, keyword, keyword_weight)
+        bm25 = np.concatenate([keyword_scores(index, weighted, nearest.rows), keyword_found[alone]])
+        keyword_part = keyword_score(weighted, bm25)
+        fused = fuse(similarities, keyword_part, keyword_weight)
+        if score_threshold is not None and not exhausted:
+            # No bit outside the pool is more similar than the last nearest or holds more keywords than
+            # the last keyword bit: none can score above this, so none can reach a threshold above it.
+            ceiling = fuse(nearest.scores[-1:] if not nearest_done else np.zeros(1, np.float32),
+                           keyword_score(weighted, keyword_found[-1:]) if len(keyword_rows) >= depth else np.zeros(1),
+                           keyword_weight)
+            exhausted = bool(ceiling[0] < score_threshold)
         keys = rows if index.tie_keys is None else index.tie_keys[rows]
         order = np.lexsort((keys, -similarities, -fused))
+        best = float(fused[order[0]]) if len(order) else None
         if similarity_threshold is not None:
             order = order[similarities[order] >= np.float32(similarity_threshold)]
         if score_threshold is not None:
@@ -100,5 +104,5 @@ def rank_fused(index: ModelIndex, vector: np.ndarray, weighted: Weighted, *, gra
         rows, similarities, fused, keyword_part = rows[order], similarities[order], fused[order], keyword_part[order]
         taken, cut_to = apply_budget(index.token_counts[rows], count, count_type)
         if exhausted or taken < len(rows) or (count_type == "bit" and taken >= count):
-            return Fused(rows[:taken], similarities[:taken], fused[:taken], keyword_part[:taken], cut_to)
+            return Fused(rows[:taken], similarities[:taken], fused[:taken], keyword_part[:taken], cut_to, best)
         depth *= GROWTH

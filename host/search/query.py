@@ -10,6 +10,11 @@ else. Three modes:
 - `hybrid`: both, fused (host/search/fusion.py); a text without keywords (only stop words or
   punctuation) is ranked by the vector alone, and the answer says so.
 
+Every answer's rank score means the same in every query, on a 0-1 scale (a threshold says
+"nothing here" by it): the similarity in vector mode (a dot product of unit vectors), the keyword
+score min(1, BM25 / |w|) in keyword mode, their weighed sum in hybrid mode (a text without keywords:
+the similarity). `best_score` is the best one found, whether or not a threshold kept it.
+
 RAGFlow's retrieval asks for hybrid too, its `vector_similarity_weight` w as `keyword_weight = 1 - w`.
 """
 
@@ -99,7 +104,7 @@ class Query:
     text: str | None = None  # the question in words: what keyword and hybrid ranking read
     mode: Mode = "vector"
     keyword_weight: float = DEFAULT_KEYWORD_WEIGHT  # hybrid: the share of the keyword score, 0-1
-    score_threshold: float | None = None  # only bits whose rank score (BM25, fused; vector: similarity) reaches it
+    score_threshold: float | None = None  # only bits whose score (0-1; vector: the similarity) reaches it
 
 
 def choose_model(catalog: Catalog, model: str | None, grant: Grant, *, reveal_all: bool = False) -> ModelIndex:
@@ -133,9 +138,8 @@ def run_query(index: ModelIndex, query: Query, grant: Grant, policy: SearchPolic
     search = search or policy.for_index(index, grant.access_tags)
     if query.mode == "vector":
         assert query.vector is not None
-        return rank(index, query.vector, granted=grant.access_tags, count=query.count, count_type=query.count_type,
-                    count_restricted=count_restricted, search=search, constraint=narrowing_mask(index, query),
-                    similarity_threshold=_by_similarity(query))
+        return by_meaning(index, query.vector, query, grant.access_tags, narrowing_mask(index, query), search,
+                          count_restricted=count_restricted)
     if query.text is None:
         raise QueryError(f"mode {query.mode} needs the query's text")
     narrowing = narrowing_mask(index, query)
@@ -169,21 +173,36 @@ def _ranked_by_text(index: ModelIndex, query: Query, granted: frozenset[str], na
             def keep(rows: np.ndarray) -> np.ndarray:
                 kept: np.ndarray = exact_scores(index.gather(rows), vector) >= threshold
                 return kept
-        rows, scores, cut_to = rank_keywords(index, weighted, allowed, query.count, query.count_type, keep,
-                                             query.score_threshold)
-        similarity = None if vector is None else exact_scores(index.gather(rows), vector)
-        return Selection(rows, similarity, cut_to, 0, scores, notes)
+        ranked = rank_keywords(index, weighted, allowed, query.count, query.count_type, keep, query.score_threshold)
+        similarity = None if vector is None else exact_scores(index.gather(ranked.rows), vector)
+        return Selection(ranked.rows, similarity, ranked.cut_to, 0, ranked.scores, notes, best_score=ranked.best)
     assert vector is not None
     if weighted.empty:
-        nearest = rank(index, vector, granted=granted, count=query.count, count_type=query.count_type, search=search,
-                       constraint=narrowing, similarity_threshold=_by_similarity(query))
-        return Selection(nearest.rows, nearest.scores, nearest.first_bit_cut_to, 0, None,
-                         (*notes, f"{why_none}: ranked by meaning alone"))
+        nearest = by_meaning(index, vector, query, granted, narrowing, search)
+        return replace(nearest, notes=(*notes, f"{why_none}: ranked by meaning alone"))
     fused = rank_fused(index, vector, weighted, granted=granted, allowed=allowed, constraint=narrowing,
                        count=query.count, count_type=query.count_type, keyword_weight=query.keyword_weight,
                        similarity_threshold=query.similarity_threshold, search=search,
                        score_threshold=query.score_threshold)
-    return Selection(fused.rows, fused.similarities, fused.cut_to, 0, fused.scores, notes, fused.keyword_scores)
+    return Selection(fused.rows, fused.similarities, fused.cut_to, 0, fused.scores, notes, fused.keyword_scores,
+                     fused.best)
+
+
+def by_meaning(index: ModelIndex, vector: np.ndarray, query: Query, granted: frozenset[str],
+               narrowing: np.ndarray | None, search: Search, *, count_restricted: bool = False) -> Selection:
+    """The answer ranked by similarity alone, with its best similarity: the first bit's, or, when a
+    threshold kept none, the best one's all the same (one more search, for one bit)."""
+    threshold = _by_similarity(query)
+    nearest = rank(index, vector, granted=granted, count=query.count, count_type=query.count_type, search=search,
+                   constraint=narrowing, similarity_threshold=threshold, count_restricted=count_restricted)
+    assert nearest.scores is not None
+    if len(nearest.rows):
+        return replace(nearest, best_score=float(nearest.scores[0]))
+    if threshold is None:
+        return nearest  # nothing visible to rank
+    first = rank(index, vector, granted=granted, count=1, count_type="bit", search=search, constraint=narrowing)
+    assert first.scores is not None
+    return replace(nearest, best_score=float(first.scores[0]) if len(first.rows) else None)
 
 
 def _by_similarity(query: Query) -> float | None:
@@ -199,8 +218,6 @@ def narrowing_mask(index: ModelIndex, query: Query) -> np.ndarray | None:
     mask = None if query.constraint is None else constraint_mask(query.constraint, index)
     if query.libraries is not None:
         chosen = np.zeros(index.bit_count, dtype=bool)
-        for position, library in enumerate(index.libraries):
-            if library.name in query.libraries:
-                chosen[index.offsets[position] : index.offsets[position + 1]] = True
+        chosen[index.library_rows(index.positions_of(query.libraries))] = True
         mask = chosen if mask is None else mask & chosen
     return mask

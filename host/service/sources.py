@@ -54,6 +54,10 @@ class Sources:
     def compiled_dir(self) -> Path | None:
         return self.replica.compiled if self.replica is not None else self.settings.cache_dir
 
+    def digests(self) -> dict[Path, str]:
+        """A replica's library files and their SHA-256s, as the set's manifest says (none for a local folder)."""
+        return self.replica.digests() if self.replica is not None else {}
+
     def trust_line(self) -> str | None:
         """What a replica trusts its origin with, in one line for `serve` to say at start (None: not a replica)."""
         if self.replica is None:

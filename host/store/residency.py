@@ -1,24 +1,24 @@
-"""Populating a compiled library's memory maps at load, while they fit in a share of the memory.
+"""Populating a compiled segment's memory maps at load, while they fit in a share of the memory.
 
 A freshly opened map has no page mapped in this process: the first query to touch a page of
 vectors or records takes a page fault (a minor one when the file is in the page cache, a disk read
-when not), so the first thousands of queries of a new server or a new library each pay for tens to
+when not), so the first thousands of queries of a new server or a new segment each pay for tens to
 hundreds of faults. Populating the map (`madvise(MADV_POPULATE_READ)`, Linux 5.14+; `MADV_WILLNEED`
 read-ahead elsewhere) reads the file into the page cache once and maps every page up front.
 
-Only the maps a query reads are populated: the vectors, the 8-bit codes a clustered library's
+Only the maps a query reads are populated: the vectors, the 8-bit codes a clustered segment's
 queries scan where they scan them (host/store/codes.py; for a model whose vectors are over the
-budget, in place of the vectors), the records, and the sign codes of a library without clusters (a
+budget, in place of the vectors), the records, and the sign codes of a segment without clusters (a
 clustered one never reads them). What is scanned is mapped in 2 MB pages
 where the system's transparent huge pages allow it (`madvise` mode, the usual default, or
 `always`): a query's clusters then cost a TLB miss per 2 MB, not per 4 KB (`populate`). The pages
 belong to the page cache, shared by every worker and every process mapping the file; what a worker
 adds is its page tables (8 bytes a 4 KB page, much less in 2 MB pages). They can still be evicted under memory pressure like any
 file page, so populating never makes a host run out of memory, but a store larger than the memory
-would only evict its own pages: `Residency` populates libraries while their total stays within a
+would only evict its own pages: `Residency` populates segments while their total stays within a
 budget (by default half of the physical memory) and leaves larger ones to fault in as they are read.
 
-The madvise call is made through ctypes, which releases the GIL: populating a library that a reload
+The madvise call is made through ctypes, which releases the GIL: populating a segment that a reload
 brings in (on the watcher's thread) does not stop the server answering meanwhile.
 """
 
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from host.store.compiled import CompiledLibrary
+from host.store.compiled import Segment
 from host.store.kernels import BUILT as COMPILED_LOOPS
 
 MADV_POPULATE_READ = 22  # linux/mman.h (5.14+); Python's mmap module does not name it
@@ -69,36 +69,36 @@ def default_populate_bytes() -> int:
     return physical_memory() // 2
 
 
-def mapped_arrays(library: CompiledLibrary, *, codes: bool = False) -> list[np.ndarray]:
-    """The memory-mapped arrays a query of this library reads, what it scans first: its floats, or
-    a clustered library's 8-bit codes where they are scanned (`scanned_array`). With `codes` (a
+def mapped_arrays(segment: Segment, *, codes: bool = False) -> list[np.ndarray]:
+    """The memory-mapped arrays a query of this segment reads, what it scans first: its floats, or
+    a clustered segment's 8-bit codes where they are scanned (`scanned_array`). With `codes` (a
     model too large for its floats to be kept in memory, host/search/query.py's SearchPolicy) its
     floats are left out: they are then read only to re-score and to answer."""
-    scanned = scanned_array(library, codes=codes)
-    arrays = [scanned] if codes or scanned is library.embeddings else [scanned, library.embeddings]
-    arrays.append(library.records)
-    if library.cluster_offsets is None:
-        arrays.append(library.sign_codes)
+    scanned = scanned_array(segment, codes=codes)
+    arrays = [scanned] if codes or scanned is segment.embeddings else [scanned, segment.embeddings]
+    arrays.append(segment.records)
+    if segment.cluster_offsets is None:
+        arrays.append(segment.sign_codes)
     return [array for array in arrays if array.nbytes and _is_mapped(array)]
 
 
-def scanned_array(library: CompiledLibrary, *, codes: bool = False) -> np.ndarray:
-    """What a query of `library` scans: its 8-bit codes where it has them and they are scanned (the
+def scanned_array(segment: Segment, *, codes: bool = False) -> np.ndarray:
+    """What a query of `segment` scans: its 8-bit codes where it has them and they are scanned (the
     compiled code scan is built, or with `codes`), else its floats."""
-    return library.codes if (codes or COMPILED_LOOPS) and library.codes is not None else library.embeddings
+    return segment.codes if (codes or COMPILED_LOOPS) and segment.codes is not None else segment.embeddings
 
 
-def mapped_bytes(library: CompiledLibrary, *, codes: bool = False) -> int:
-    return sum(array.nbytes for array in mapped_arrays(library, codes=codes))
+def mapped_bytes(segment: Segment, *, codes: bool = False) -> int:
+    return sum(array.nbytes for array in mapped_arrays(segment, codes=codes))
 
 
-def codes_scanned(libraries: Iterable[CompiledLibrary], budget: int) -> set[int]:
-    """The ids of the libraries whose model is scanned through its codes: its floats (every library
+def codes_scanned(segments: Iterable[Segment], budget: int) -> set[int]:
+    """The ids of the segments whose model is scanned through its codes: its floats (every segment
     of the model together) take more than `budget` bytes, as SearchPolicy decides with --populate-bytes."""
     floats: dict[str, int] = {}
-    for library in libraries:
-        floats[library.embedding_model] = floats.get(library.embedding_model, 0) + library.embeddings.nbytes
-    return {id(library) for library in libraries if floats[library.embedding_model] > budget}
+    for segment in segments:
+        floats[segment.embedding_model] = floats.get(segment.embedding_model, 0) + segment.embeddings.nbytes
+    return {id(segment) for segment in segments if floats[segment.embedding_model] > budget}
 
 
 def _is_mapped(array: np.ndarray) -> bool:
@@ -146,7 +146,7 @@ def read_again_in_huge_pages(arrays: Sequence[np.ndarray]) -> None:
     """Of `arrays` (populated, asked for in 2 MB pages), read again those mapped mostly in small ones.
 
     The page cache holds a file in large pages when it read the file (Linux 6.x on ext4, XFS), not
-    when the file was written (a library just compiled): a map mostly in small pages is let go of
+    when the file was written (a segment just compiled): a map mostly in small pages is let go of
     and read again, once; the next processes to map it (the other workers) find it in 2 MB pages.
     Where reading again did not help (a file system without large pages), it is not tried again.
     /proc/self/smaps is read once for them all: each read walks every mapping of the process."""
@@ -207,66 +207,66 @@ def huge_page_shares(addresses: Sequence[int]) -> list[float]:
 
 @dataclass
 class Populated:
-    """What one `Residency.admit` did: libraries and bytes populated, those left to fault in, seconds."""
+    """What one `Residency.admit` did: segments and bytes populated, those left to fault in, seconds."""
 
-    libraries: int = 0
+    segments: int = 0
     bytes: int = 0
     left: int = 0
     left_bytes: int = 0
     seconds: float = 0.0
 
     def describe(self, budget: int) -> str:
-        said = f"populated the memory maps of {self.libraries} {_libraries(self.libraries)} " \
+        said = f"populated the memory maps of {self.segments} {_segments(self.segments)} " \
                f"({self.bytes / 2**20:,.1f} MiB) in {self.seconds:.2f} s"
         if self.left:
-            said += (f"; {self.left} {_libraries(self.left)} ({self.left_bytes / 2**20:,.1f} MiB) read as queries "
+            said += (f"; {self.left} {_segments(self.left)} ({self.left_bytes / 2**20:,.1f} MiB) read as queries "
                      f"touch them: over --populate-bytes ({budget:,} bytes)")
         return said
 
 
-def _libraries(count: int) -> str:
-    return "library" if count == 1 else "libraries"
+def _segments(count: int) -> str:
+    return "segment" if count == 1 else "segments"
 
 
 class Residency:
-    """Which libraries of a serving process have their maps populated, within `budget` bytes in all."""
+    """Which segments of a serving process have their maps populated, within `budget` bytes in all."""
 
     def __init__(self, budget: int) -> None:
         self.budget = budget
-        self._populated: dict[int, tuple[CompiledLibrary, int]] = {}  # id -> (library, bytes): those served
+        self._populated: dict[int, tuple[Segment, int]] = {}  # id -> (segment, bytes): those served
         self._lock = threading.Lock()
 
-    def admit(self, libraries: Iterable[CompiledLibrary]) -> Populated:
-        """Populate the maps of `libraries` (the generation about to be served) not populated yet,
-        while the total populated stays within the budget. Libraries no longer served stop counting."""
+    def admit(self, segments: Iterable[Segment]) -> Populated:
+        """Populate the maps of `segments` (the generation about to be served) not populated yet,
+        while the total populated stays within the budget. Segments no longer served stop counting."""
         started = time.perf_counter()
         done = Populated()
         huge = huge_pages_possible()
         with self._lock:
-            current = {id(library): library for library in libraries}
+            current = {id(segment): segment for segment in segments}
             through_codes = codes_scanned(current.values(), self.budget)
             self._populated = {key: held for key, held in self._populated.items() if key in current}
             total = sum(size for _, size in self._populated.values())
             scanned_in_huge_pages: list[np.ndarray] = []
-            for key, library in current.items():
+            for key, segment in current.items():
                 if key in self._populated:
                     continue
-                size = mapped_bytes(library, codes=key in through_codes)
+                size = mapped_bytes(segment, codes=key in through_codes)
                 if total + size > self.budget:
                     done.left += 1
                     done.left_bytes += size
                     continue
-                scanned = scanned_array(library, codes=key in through_codes)
-                for array in mapped_arrays(library, codes=key in through_codes):
+                scanned = scanned_array(segment, codes=key in through_codes)
+                for array in mapped_arrays(segment, codes=key in through_codes):
                     if populate(array, huge=huge and array is scanned) and huge and array is scanned:
                         scanned_in_huge_pages.append(array)  # what its queries scan, in 2 MB pages
-                self._populated[key] = (library, size)
+                self._populated[key] = (segment, size)
                 total += size
-                done.libraries += 1
+                done.segments += 1
                 done.bytes += size
             read_again_in_huge_pages(scanned_in_huge_pages)
         done.seconds = time.perf_counter() - started
         return done
 
-    def is_populated(self, library: CompiledLibrary) -> bool:
-        return id(library) in self._populated
+    def is_populated(self, segment: Segment) -> bool:
+        return id(segment) in self._populated

@@ -30,7 +30,7 @@ import select
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -79,11 +79,13 @@ class TextIndexer:
         self._ready = False  # the child said `ready`
         self._working_here = False  # this process is splitting the records into words
 
-    def records_written(self, size: int) -> None:
-        """records.bin now holds `size` bytes, flushed."""
+    def records_written(self, size: int, flush: Callable[[], object]) -> None:
+        """records.bin now holds `size` bytes once `flush` is called: it is, before a child reads them."""
         if self._child is None and not self._failed and size >= self.process_from:
+            flush()
             self._start()
         if self._child is not None and size - self._told >= NOTIFY_EVERY:
+            flush()
             self._tell(f"upto {size} {len(self.lengths)}\n".encode())
             self._told = size
 

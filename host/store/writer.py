@@ -24,6 +24,9 @@ Memory stays at a few dozen bytes per bit plus the text index, whatever the vect
 Rows are read back with pread (`RowFile`, `read_ranges`), never through a map: a map's scattered
 reads keep whole runs of pages around each row, and the resident set would grow to the file.
 
+A segment holds one library file or many (host/store/members.py): the writer is told where each
+one's bits begin and end (`begin_member`, `end_member`), every block belonging to one of them.
+
 STORE_FORMAT 8: compiled by this writer (codes.npy, code_scale.npy, id_heads.npy; the public digest
 is sha256(message + sha256(the public bits' column digests)), host/store/summary.py).
 """
@@ -53,17 +56,21 @@ from host.service.allocator import release_free_memory
 from host.store import kernels
 from host.store.clusters import CLUSTER_FROM, Layout, plan_layout
 from host.store.codes import code_scale, encode
+from host.store.members import Member, SourceKey
 from host.store.summary import RunningSummary, public_rows
 from host.store.text_process import TAGS as FILE_TAGS
 from host.store.text_process import TextIndexer
 
-STORE_FORMAT = 10  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json; 6: clustered layout; 7: this writer, codes;
-# 8: the public digest taken column by column (host/store/summary.py); 9: keyword postings (host/keywords); 10: in file order
+STORE_FORMAT = 12  # 3: max_norm; 4: public_digest; 5: text_index.bin/.json; 6: clustered layout; 7: this writer, codes;
+# 8: the public digest taken column by column (host/store/summary.py); 9: keyword postings (host/keywords); 10: in file order;
+# 11: NLTK's English stop words (host/keywords/analyzer.py); 12: segments of many library files
+# (host/store/members.py), the keywords' counts of tags sparse
 ROW_BLOCK = 4096  # rows copied at a time when writing a permuted matrix (no second full copy)
 RECORD_BLOCK_BYTES = 1 << 20  # records rewritten at a time, at most
 RECORDS_WHOLE_SHARE = 8  # records.bin is read whole for its rewrite up to 1/8 of the vectors' size...
 RECORDS_WHOLE_MAX = 512 << 20  # ...and 512 MB
 BESIDE_BLOCKS = 4  # blocks handed to the thread beside the parse and not yet taken, at most
+BESIDE_FROM = 256  # bits a block holds at least to be handed to the threads beside (below: done here, at once)
 REWRITE_THREADS = 2  # threads putting the vectors in the layout's order (reading, encoding, writing let go of the GIL)
 HEADER_BYTES = 128  # the .npy header of any (rows, dimension) float32 array up to 10^15 rows
 Step = Callable[[str, float], None]  # (what is being done, fraction of it done)
@@ -78,7 +85,7 @@ class StoreWriter:
         self.dimension: int | None = None
         self._vectors: BinaryIO = (building / "embeddings.npy").open("wb")
         self._vectors.write(b"\0" * HEADER_BYTES)
-        self._records: BinaryIO = (building / "records.bin").open("wb")
+        self._records: BinaryIO = (building / "records.bin").open("wb", buffering=1 << 20)
         self._records_size = 0
         self._record_lengths = array("q")
         self._text = TextIndexer(building, self._record_lengths, process_from=text_process_from)
@@ -87,39 +94,61 @@ class StoreWriter:
         self._tag_numbers = array("H")
         self._ids = bytearray()
         self._background: list[_Background] = []  # joined by `close`, whatever `finish` ended with
-        self._summary = RunningSummary()  # sign codes, norms, value ranges, public digest
+        self._summary = RunningSummary()  # sign codes, norms, value ranges, public digests
+        self._members: list[Member] = []  # each library file's rows, as `end_member` finished them
+        self._member: int | None = None  # the member whose bits `add` takes now (its summary number)
+        self._member_first = 0
         # The vectors are written on one thread beside and summed up on another, BESIDE_BLOCKS blocks
         # ahead at most: both let go of the GIL, and the main thread parses the next blocks meanwhile.
         self._beside_threads = (ThreadPoolExecutor(1, thread_name_prefix="compile-vectors"),
                                 ThreadPoolExecutor(1, thread_name_prefix="compile-summary"))
         self._beside_pending: deque[Future[None]] = deque()
 
+    def begin_member(self) -> None:
+        """The bits added from now on are the next library file's, until `end_member`."""
+        assert self._member is None, "end_member first"
+        self._member = self._summary.begin_member()
+        self._member_first = self.rows
+
+    def end_member(self, header: LibraryHeader, name: str, source: SourceKey, *, scope: str = "",
+                   access_tag: str | None = None) -> None:
+        """The bits of the library file `name` end here; its header as reading it found it."""
+        assert self._member is not None, "begin_member first"
+        self._members.append(Member(name, source, self._member_first, self.rows, scope, access_tag, header.details,
+                                    header.sort))
+        self._member = None
+
     def add(self, block: BitBlock) -> None:
+        assert self._member is not None, "begin_member first: every bit belongs to a library file"
         if not len(block):
             return
         vectors = np.ascontiguousarray(block.vectors, dtype="<f4")
         self.dimension = vectors.shape[1]
         records, lengths = pack_records(block)
         self._records.write(records)
-        self._records.flush()  # the text index's process reads what is written
         self._records_size += len(records)
         self._record_lengths.frombytes(lengths.tobytes())
-        self._text.records_written(self._records_size)
+        self._text.records_written(self._records_size, self._records.flush)  # a child reads what is flushed
         self._token_counts.extend(block.token_counts)
         tags = self._tags
         self._tag_numbers.extend(tags.setdefault(tag, len(tags)) for tag in block.tags)
         self._ids += b"".join(block.ids)
+        public = public_rows(block.tags)
+        self.rows += len(block)
+        if len(block) < BESIDE_FROM:  # a small library's bits: handing them over would cost more than the work
+            self._beside()  # in order, after what is still being done beside
+            self._write_vectors(vectors, public, self._member)
+            self._summary.take(vectors, block.ids, block.token_counts, public, lengths, records, self._member)
+            return
         self._beside(2 * (BESIDE_BLOCKS - 1))
         writing, summing = self._beside_threads
-        public = public_rows(block.tags)
-        self._beside_pending.append(writing.submit(self._write_vectors, vectors, public))
+        self._beside_pending.append(writing.submit(self._write_vectors, vectors, public, self._member))
         self._beside_pending.append(summing.submit(self._summary.take, vectors, block.ids, block.token_counts,
-                                                   public, lengths, records))
-        self.rows += len(block)
+                                                   public, lengths, records, self._member))
 
-    def _write_vectors(self, vectors: np.ndarray, public: list[int] | None) -> None:
+    def _write_vectors(self, vectors: np.ndarray, public: list[int] | None, member: int) -> None:
         self._vectors.write(vectors.data)
-        self._summary.take_vectors(vectors, public)
+        self._summary.take_vectors(vectors, public, member)
 
     def _beside(self, left: int = 0) -> None:
         """Wait until at most `left` jobs (two a block) are still to be done beside (raising what one
@@ -136,15 +165,21 @@ class StoreWriter:
         self._records.close()
         self._text.close()
 
-    def finish(self, header: LibraryHeader, source: dict[str, Any], name: str, *, cluster_from: int = CLUSTER_FROM,
-               step: Step | None = None) -> None:
-        """Write everything else and meta.json (last): `building` then holds a whole compiled folder."""
+    @property
+    def member_count(self) -> int:
+        return len(self._members)
+
+    def finish(self, embedding_model: str, dimension: int | None, language: str, name: str, *,
+               cluster_from: int = CLUSTER_FROM, step: Step | None = None) -> list[Member]:
+        """Write everything else and meta.json (last): `building` then holds a whole compiled folder,
+        the segment `name`, of the members ended so far (returned). Bits of model `embedding_model`,
+        `dimension` wide (None: no bit, a width unknown), keywords analyzed in `language`."""
+        assert self._member is None, "end_member first"
         self._beside()
         self._vectors.close()
         self._records.close()
         step = step or (lambda what, done: None)
-        language = header.language
-        rows, dimension = self.rows, self.dimension or header.dimension or 0
+        rows, dimension = self.rows, self.dimension or dimension or 0
         folder = self.building
         tags = (PUBLIC, *sorted(tag for tag in self._tags if tag))
         renumber = np.array([tags.index(tag or PUBLIC) for tag in self._tags], dtype=np.uint16)
@@ -203,22 +238,33 @@ class StoreWriter:
         release_free_memory()  # the rewrite's buffers
         self._text.wait()
         (folder / FILE_TAGS).unlink()
+        members = self._finished_members(tag_ids, tags)
         meta = {
             "store_format": STORE_FORMAT,
             "name": name,
-            "source": source,
-            "embedding_model": header.embedding_model,
+            "embedding_model": embedding_model,
             "bits": rows,
             "dimension": dimension,
             "tags": list(tags),
-            "details": header.details,
             "records_bytes": int(record_offsets[-1]),
             "max_norm": summary.largest_norm,
-            "public_digest": summary.public_digest(header.details.get("message")),
             "clusters": 0 if layout is None else layout.clusters,
             "keywords": {"language": language},
+            "members": msgspec.to_builtins(members),
         }
         write_synced(folder / "meta.json", lambda handle: handle.write(json.dumps(meta).encode()))
+        return members
+
+    def _finished_members(self, tag_ids: np.ndarray, tags: tuple[str, ...]) -> list[Member]:
+        """The members with their rows per tag and public digests (file order `tag_ids` into `tags`)."""
+        finished = []
+        for number, member in enumerate(self._members):
+            counts = np.bincount(tag_ids[member.first : member.stop], minlength=len(tags))
+            tag_rows = {tags[tag]: int(rows) for tag, rows in enumerate(counts.tolist()) if rows}
+            message = (member.details or {}).get("message")
+            finished.append(msgspec.structs.replace(member, tag_rows=tag_rows,
+                                    public_digest=self._summary.public_digest(message, number)))
+        return finished
 
 
     def _in_background(self, function: Callable[[], Any]) -> _Background:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
@@ -19,7 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 
 from access import AccessControl
 from host.catalog.generations import Catalog, load_catalog
@@ -40,6 +41,7 @@ from host.web.middleware import (
     AccessLog,
     CrossOrigin,
     DialectErrors,
+    IssuerKeysReady,
     PolymathLinkHeader,
     PublisherPrefix,
     RateLimit,
@@ -49,8 +51,8 @@ from host.web.middleware import (
     TokensOutOfURLs,
     parse_cors_origins,
 )
-from host.web.middleware.issuer_keys import IssuerKeysReady
 from host.web.middleware.link_header import polymath_link
+from host.web.middleware.publisher_prefix import route_path
 from host.web.middleware.security_headers import SECURITY_HEADERS
 from host.web.page.endpoints import home_page, library_map
 from host.web.page.rendering import STATIC_PREFIX, StaticAssets
@@ -89,7 +91,8 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
     sources = sources or open_sources(settings)
     settings = sources.settings
     if catalog is None:
-        catalog = load_catalog(sources.root, cache_dir=sources.compiled_dir, max_bytes=settings.max_library_bytes)
+        catalog = load_catalog(sources.root, cache_dir=sources.compiled_dir, max_bytes=settings.max_library_bytes,
+                           digests=sources.digests())
     if sources.replica is not None:
         sources.replica.serving = sources.replica.current()  # what the catalog was just loaded from
     if embedders is None:
@@ -184,7 +187,7 @@ def embedders_for(settings: Settings, catalog: Catalog) -> Embedders:
 
 def memory_line(state: HostState, *, with_embedder: bool) -> str:
     """What this serving process costs in memory of its own, and what it shares with every other worker."""
-    shared = sum(mapped_bytes(library) for library in state.catalog.libraries)
+    shared = sum(mapped_bytes(segment) for segment in state.catalog.segments)
     return (f"process {os.getpid()} serving: {own_memory() / 2**20:,.0f} MiB of memory of its own (anonymous "
             f"memory and page tables{', with its embedder' if with_embedder else ''}); the libraries' "
             f"{shared / 2**20:,.0f} MiB of memory maps are shared by every worker")
@@ -221,8 +224,26 @@ async def on_core_refusal(request: Request, error: Exception) -> Response:
 async def on_starlette_error(request: Request, error: Exception) -> Response:
     assert isinstance(error, HTTPException)
     messages = {404: "there is nothing at this path", 405: f"{request.method} is not allowed on {request.url.path}"}
-    return error_response(HTTPError(error.status_code, messages.get(error.status_code, str(error.detail)),
-                                    dict(error.headers or {})))
+    headers = dict(error.headers or {})
+    if error.status_code == 405:  # every method of the path: `/` is two routes (GET the page, POST a query)
+        headers["Allow"] = allowed_methods(request.app.router.routes, route_path(request.scope)) or headers.get("Allow", "")
+    return error_response(HTTPError(error.status_code, messages.get(error.status_code, str(error.detail)), headers))
+
+
+def allowed_methods(routes: list[BaseRoute], path: str) -> str:
+    """The methods of the resource at `path`, as an Allow header says them: those of the most specific
+    routes matching it (`/v1/vector_stores/{id}/search` before `/v1/vector_stores/{rest:path}`), leaving
+    out routes that only refuse (OpenAI's write operations)."""
+    matching = [route for route in routes if isinstance(route, Route) and route.methods
+                and route.name != openai_vector_stores.REFUSED and route.path_regex.fullmatch(path)]
+    literal = {id(route): len(re.sub(r"{[^}]*}", "", route.path)) for route in matching}
+    most = max(literal.values(), default=0)
+    methods: set[str] = set()
+    for route in matching:
+        if literal[id(route)] == most:
+            methods |= route.methods or set()
+    order = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+    return ", ".join(sorted(methods, key=lambda method: (order.index(method) if method in order else len(order), method)))
 
 
 async def on_crash(request: Request, error: Exception) -> Response:

@@ -26,7 +26,8 @@ from urllib.parse import parse_qsl
 from starlette.datastructures import Headers
 from starlette.requests import Request
 
-from access import ANONYMOUS, AccessControl, Grant, TokenRejected
+from access import ANONYMOUS, Grant, TokenRejected
+from host.web.access_rules import AccessRules
 from host.web.errors import HTTPError
 from host.web.state import host_state
 
@@ -67,7 +68,7 @@ def presented_token(request: Request, body_token: str | None = None) -> str | No
     return body_token or bearer_token(request.headers)
 
 
-def caller_for(access: AccessControl, token: str | None) -> Caller:
+def caller_for(access: AccessRules, token: str | None) -> Caller:
     """The caller behind `token`; raises HTTPError(401) for a token that fails verification."""
     if not token:
         return Caller(ANONYMOUS, None)
@@ -85,7 +86,7 @@ def request_caller(request: Request, body_token: str | None = None) -> Caller:
     return caller_for(host_state(request).access, presented_token(request, body_token))
 
 
-async def keys_ready(access: AccessControl, token: str | None) -> None:
+async def keys_ready(access: AccessRules, token: str | None) -> None:
     """Wait for the fetch of a trusted issuer's keys that `token` needs, if any, at most KEYS_WAIT_SECONDS."""
     pending = access.keys_pending(token) if token else None
     if pending is not None:
@@ -93,7 +94,7 @@ async def keys_ready(access: AccessControl, token: str | None) -> None:
             await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(pending)), KEYS_WAIT_SECONDS)
 
 
-def verified_subject(access: AccessControl, headers: Headers) -> str | None:
+def verified_subject(access: AccessRules, headers: Headers) -> str | None:
     """Who a request's valid Bearer token belongs to; None for none, an unknown or a refused one.
 
     For the rate limiter, which runs before the body is read and must never refuse by itself.

@@ -28,10 +28,10 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from host.catalog.generations import Catalog
+from host.catalog.libraries import Library
 from host.catalog.selection import MAX_NAME_CHARACTERS, starting_with
 from host.results.bits import result_bit
 from host.results.published import library_header, visible_digest, visible_in_file_order
-from host.store.compiled import CompiledLibrary
 from host.web.caller import request_caller
 from host.web.errors import HTTPError, bad_request
 from host.web.library_selection import Reach, reach_of
@@ -151,7 +151,7 @@ async def library_file(request: Request) -> Response:
     library = state.catalog.library(name.removesuffix(".json")) if name.endswith(".json") else None
     if library is None or not library.visible_bit_count(caller.access_tags) or not reach.holds(library.name):
         raise HTTPError(404, f"there is no library named {name!r:.80}", headers)
-    visible_tags = frozenset(tag for tag in caller.access_tags if tag in library.tags)
+    visible_tags = library.visible_tags(caller.access_tags)
     gzip = accepts_gzip(request.headers.get("accept-encoding", ""))
     digest = await etag_digest(state, library, visible_tags)
     etag = f'"{digest[:32]}{"-gzip" if gzip else ""}"'
@@ -168,7 +168,7 @@ async def library_file(request: Request) -> Response:
                              media_type=JSON)
 
 
-async def etag_digest(state: HostState, library: CompiledLibrary, visible_tags: frozenset[str]) -> str:
+async def etag_digest(state: HostState, library: Library, visible_tags: frozenset[str]) -> str:
     key = (library.name, library.source_key.sha256, visible_tags)
     digest = state.etags.get(key)
     if digest is None:
@@ -177,12 +177,12 @@ async def etag_digest(state: HostState, library: CompiledLibrary, visible_tags: 
     return digest
 
 
-def _pieces(library: CompiledLibrary, visible_tags: frozenset[str], gzip: bool) -> AsyncIterator[bytes]:
+def _pieces(library: Library, visible_tags: frozenset[str], gzip: bool) -> AsyncIterator[bytes]:
     """The file exactly as `render_json(publish_library(...))` would be, a few hundred bits at a time."""
     rows = visible_in_file_order(library, visible_tags).tolist()
 
     def render_bits(start: int, stop: int) -> bytes:
-        return b",".join(render_json(result_bit(library, row)) for row in rows[start:stop])
+        return b",".join(render_json(result_bit(library.segment, row)) for row in rows[start:stop])
 
     return streamed_json(library_header(library, len(rows)), len(rows), render_bits, gzip=gzip)
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from starlette.types import Scope
 
 from host.catalog.generations import Catalog
+from host.catalog.libraries import Library
 from host.catalog.selection import BadName, check_name, selected
 from host.search.errors import QueryError
-from host.store.compiled import CompiledLibrary
 from host.web.errors import HTTPError
 from host.web.middleware.publisher_prefix import publisher
 
@@ -42,7 +42,7 @@ def refusal(problem: BadName | NoSuchLibrary, headers: dict[str, str] | None = N
     return HTTPError(400 if isinstance(problem, BadName) else 404, str(problem), headers)
 
 
-def visible_selection(catalog: Catalog, access_tags: frozenset[str], name: str) -> list[CompiledLibrary]:
+def visible_selection(catalog: Catalog, access_tags: frozenset[str], name: str) -> list[Library]:
     """The libraries `name` selects that a caller holding `access_tags` may see a bit of, in name order."""
     found = []
     for selected_name in selected(catalog.names, name):
@@ -76,11 +76,11 @@ def reach_of(scope: Scope, catalog: Catalog, access_tags: frozenset[str],
 
 
 def choose(catalog: Catalog, access_tags: frozenset[str], reach: Reach, names: Iterable[str],
-           what: str = "library name") -> list[CompiledLibrary]:
+           what: str = "library name") -> list[Library]:
     """The libraries `names` select within `reach` that the caller may see, each once, in the order
     named. BadName for a malformed name (`what` names the argument), NoSuchLibrary for one that selects
     nothing."""
-    chosen: dict[str, CompiledLibrary] = {}
+    chosen: dict[str, Library] = {}
     for given in names:
         name = check_name(given, what)
         found = [library for library in visible_selection(catalog, access_tags, name) if reach.holds(library.name)]
@@ -90,14 +90,14 @@ def choose(catalog: Catalog, access_tags: frozenset[str], reach: Reach, names: I
     return list(chosen.values())
 
 
-def in_reach(catalog: Catalog, reach: Reach) -> list[CompiledLibrary] | None:
+def in_reach(catalog: Catalog, reach: Reach) -> list[Library] | None:
     """The libraries of a prefix (those the caller may see), or None for the whole host."""
     if reach.names is None:
         return None
     return [library for name in sorted(reach.names) if (library := catalog.library(name)) is not None]
 
 
-def one_model(libraries: Sequence[CompiledLibrary], model: str | None = None) -> str:
+def one_model(libraries: Sequence[Library], model: str | None = None) -> str:
     """The embedding model to answer `libraries` from: `model` if one of theirs, else theirs if they
     share one; a QueryError naming their models otherwise (they are libraries the caller may see)."""
     models = sorted({library.embedding_model for library in libraries})

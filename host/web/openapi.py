@@ -1,16 +1,25 @@
 """The API described as OpenAPI 3 (served at /openapi.json).
 
+`OPENAPI` is the document of a host with the default settings (the manual renders it); a host serves
+`document_for(max_count)`, the same with its own `--max-count` wherever a limit follows it (a schema
+marked `"x-limit": "max_count"`, capped at its `x-cap` when it has one). tests/test_schemathesis.py
+holds the host to it.
+
 Every path of the host's own API is served under `/p/{publisher}/` too, for that name's libraries
 alone (host/web/middleware/publisher_prefix.py): `_publisher_paths` describes each such copy from the
 operation itself, so the two never disagree."""
 
 from __future__ import annotations
 
+import copy
+from functools import cache
 from typing import Any
 
 from host.catalog.selection import MAX_NAME_CHARACTERS
+from host.web.dialects.openapi_paths import NOT_SPACE, SPACE
 from host.web.dialects.openapi_paths import PATHS as DIALECT_PATHS
 from host.web.dialects.openapi_retrieval import PATHS as RETRIEVAL_PATHS
+from host.web.dialects.openapi_retrieval import SCHEMAS as RETRIEVAL_SCHEMAS
 from host.web.library_endpoints import DEFAULT_LIMIT, MAX_LIMIT
 from host.web.middleware.publisher_prefix import ROUTE_WORDS
 from host.web.query_args import MAX_LIBRARY_NAMES
@@ -22,50 +31,120 @@ def _error(description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
 
 
+# Text arguments are read with their spaces trimmed, and a blank one (or null) is no argument at all.
+_BLANK_OR = "^" + SPACE + "*({})?" + SPACE + "*$"
+_DECIMAL = r"[+-]?([0-9]{1,20}(\.[0-9]{0,20})?|\.[0-9]{1,20})([eE][+-]?[0-9]{1,2})?"  # finite, as float() reads it
+_PRESENT = {"anyOf": [{"type": "number"}, {"type": "string", "minLength": 1}]}
+_NON_BLANK = {"required": ["query"], "properties": {"query": {"type": "string", "pattern": NOT_SPACE}}}
+_TEXT_MODE = {"required": ["mode"], "properties": {"mode": {"type": "string",
+                                                            "pattern": _BLANK_OR.format("keyword|hybrid").replace(")?", ")")}}}
+_WITH_VECTOR = {"required": ["query_embedding"], "properties": {"query_embedding": {"type": "string", "minLength": 1}}}
+_WITH_WEIGHT = {"required": ["keyword_weight"], "properties": {"keyword_weight": _PRESENT}}
+_HYBRID = {"required": ["mode"], "properties": {"mode": {"type": "string",
+                                                         "pattern": _BLANK_OR.format("hybrid").replace(")?", ")")}}}
+_NO_MODE = {"anyOf": [{"not": {"required": ["mode"]}},
+                      {"properties": {"mode": {"type": "string", "pattern": "^" + SPACE + "*$"}}},
+                      {"properties": {"mode": {"nullable": True, "enum": [None]}}}]}
+
+
+# What int() and float() read around a number: str.strip()'s spaces but \x1c-\x1f.
+_NUMBER_SPACE = SPACE.replace("\\x1c-\\x1f", "")
+
+
+def _number(description: str, number: dict[str, Any], text: str, **extra: Any) -> dict[str, Any]:
+    """A number argument: a JSON number, or its text as a form sends it ("" or null: none)."""
+    pattern = f"^({_NUMBER_SPACE}*({text}){_NUMBER_SPACE}*)?$"
+    return {"anyOf": [{"type": "number", **number}, {"type": "string", "pattern": pattern}],
+            "nullable": True, "description": description, **extra}
+
+
+_OMITTABLE = "text|embedding|token_count|similarity|score|info|access_tag"
+
 _QUERY_ARGUMENTS = {
     "type": "object",
+    "description": "Any other key is ignored (Polymath clients send sort). Numbers may come as strings, as forms "
+                   "send them. Arguments go together only so: mode keyword or hybrid needs query; query with "
+                   "query_embedding only in mode keyword or hybrid; keyword_weight only in mode hybrid (the "
+                   "default for a text query).",
     "properties": {
-        "version": {"type": "integer", "minimum": 1, "default": 1,
-                    "description": "Highest library format version the client reads."},
-        "query_embedding": {"type": "string", "format": "byte",
-                            "description": "Base64 of the query vector: little-endian float32 or float64."},
-        "query": {"type": "string", "maxLength": 10000,
+        "version": _number("Highest library format version the client reads.", {"type": "integer", "minimum": 1},
+                           r"\+?0*[1-9][0-9]{0,17}", default=1),
+        "query_embedding": {"type": "string", "format": "byte", "nullable": True,
+                            "description": "Base64 of the query vector: the model's dimension of little-endian "
+                                           "float32 or float64 values (told apart by length), each finite and of "
+                                           "magnitude at most 1e6 (else a 400). Empty: none (a random sample)."},
+        "query": {"type": "string", "maxLength": 10000, "nullable": True,
                   "description": "The query as text: embedded by the host with the model's embedder, and its "
-                                 "keywords ranked by BM25 (with query_embedding only in mode hybrid or keyword)."},
-        "mode": {"type": "string", "enum": ["hybrid", "vector", "keyword"],
+                                 "keywords ranked by BM25 (with query_embedding only in mode hybrid or keyword). "
+                                 "Blank: none."},
+        "mode": {"type": "string", "pattern": _BLANK_OR.format("hybrid|vector|keyword"), "nullable": True,
                  "description": "How to rank: hybrid (meaning and keywords fused; the default for a text query), "
                                 "vector (similarity alone; the default without text), keyword (BM25 alone: only "
                                 "bits holding a keyword). hybrid and keyword need query."},
-        "keyword_weight": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.5,
-                           "description": "mode hybrid only: the keywords' share of the fused score (0: meaning "
-                                          "alone, 1: keywords alone)."},
-        "query_embedding_model": {"type": "string", "description": "Defaults to the host's only model."},
-        "similarity_threshold": {"type": "number",
-                                 "description": "Only bits at least this similar (in vector mode the list ends at "
-                                                "the first bit below it)."},
-        "score_threshold": {"type": "number",
-                            "description": "Only bits whose rank score (score: BM25 or the fused score; in vector "
-                                           "mode the similarity) reaches it."},
+        "keyword_weight": _number("mode hybrid only: the keywords' share of the fused score (0: meaning alone, 1: "
+                                  "keywords alone).", {"minimum": 0, "maximum": 1},
+                                  r"\+?(0+(\.[0-9]{0,20})?|0*\.[0-9]{1,20}|0*1(\.0{0,20})?)", default=0.5),
+        "query_embedding_model": {"type": "string", "nullable": True,
+                                  "description": "The embedding_model of a library here (a 400 names the others); "
+                                                 "defaults to the host's only model."},
+        "similarity_threshold": _number("Only bits at least this similar (in vector mode the list ends at the first "
+                                        "bit below it).", {}, _DECIMAL),
+        "score_threshold": _number("Only bits whose rank score reaches it: score (0-1, the same in every query: the "
+                                   "fused score, or min(1, BM25 / the query's norm) in keyword mode), in vector mode "
+                                   "the similarity. Above the best bit's, the answer is empty; details.best_score "
+                                   "tells the best either way. 0.4 kept at least 92% of answers to real questions and "
+                                   "turned away at least 88% about something else, in every mode (all-MiniLM-L6-v2; "
+                                   "docs/quality.md).", {}, _DECIMAL),
         "constraint": {"description": "A query expression the bits must match (title:, url:, description:, "
                                       "image_url:, library:, text:; AND/OR/NOT; \"phrases\"; prefix*), "
-                                      "or its structured JSON form.",
-                       "oneOf": [{"type": "string"}, {"type": "object"}]},
-        "count": {"type": "integer", "minimum": 1, "default": 1000},
-        "count_type": {"type": "string", "enum": ["token", "bit"], "default": "token"},
+                                      "or its structured JSON form; one that does not parse is a 400 saying where.",
+                       "nullable": True, "oneOf": [{"type": "string"}, {"type": "object"}]},
+        "count": _number("The budget: at most the host's --max-count (100,000 unless its operator changed it).",
+                         {"type": "integer", "minimum": 1, "maximum": 100_000, "x-limit": "max_count"},
+                         r"\+?0*[1-9][0-9]{0,3}", default=1000),
+        "count_type": {"type": "string", "pattern": _BLANK_OR.format("token|bit"), "default": "token",
+                       "nullable": True, "description": "token or bit."},
         "omit": {"description": "Keys to omit from bits: '', '*', a key, a comma list, or a list of keys.",
-                 "oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}], "default": "embedding"},
-        "access_token": {"type": "string", "description": "Also accepted as Authorization: Bearer; never in the URL "
-                                                          "(a token in the query string is a 400 on every path)."},
+                 "nullable": True, "default": "embedding",
+                 "oneOf": [{"type": "string", "pattern": _BLANK_OR.format(
+                               f"\\*|({_OMITTABLE})({SPACE}*,{SPACE}*({_OMITTABLE}))*")},
+                           {"type": "array", "items": {"type": "string",
+                                                       "pattern": _BLANK_OR.format(_OMITTABLE).replace(")?", ")")}},
+                           {"type": "array", "minItems": 1, "maxItems": 1,
+                            "items": {"type": "string", "pattern": _BLANK_OR.format("\\*")}}]},
+        "access_token": {"type": "string", "nullable": True,
+                         "description": "Also accepted as Authorization: Bearer; never in the URL (a token in the "
+                                        "query string is a 400 on every path). Empty: none."},
         "libraries": {"description": "Only the bits of these libraries: each name a library's, or a folder's "
                                      "(every library in it), as GET /libraries names them. A form field holds one "
                                      "name; JSON may list several. A name that selects nothing the caller may see "
                                      "is a 404; one that tries to leave its folder (.., absolute, a backslash, NUL, "
                                      "percent-encoded or not) a 400.",
-                      "oneOf": [{"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARACTERS},
+                      "nullable": True,
+                      "oneOf": [{"type": "string", "maxLength": MAX_NAME_CHARACTERS},
                                 {"type": "array", "minItems": 1, "maxItems": MAX_LIBRARY_NAMES,
                                  "items": {"type": "string", "minLength": 1, "maxLength": MAX_NAME_CHARACTERS}}]},
     },
+    "allOf": [
+        {"anyOf": [{"not": _TEXT_MODE}, _NON_BLANK]},
+        {"anyOf": [{"not": _NON_BLANK}, {"not": _WITH_VECTOR}, _TEXT_MODE]},
+        {"anyOf": [{"not": _WITH_WEIGHT}, _HYBRID, {"allOf": [_NO_MODE, _NON_BLANK]}]},
+    ],
 }
+
+def _as_form(schema: Any) -> Any:
+    """The arguments as a form sends them: no JSON null (a form's values are text), at most 32 fields."""
+    if isinstance(schema, dict):
+        form = {key: _as_form(value) for key, value in schema.items() if key != "nullable"}
+        if form.get("type") == "object" and "properties" in form and schema is _QUERY_ARGUMENTS:
+            form["maxProperties"] = 32
+        return form
+    if isinstance(schema, list):
+        return [_as_form(item) for item in schema if item != {"properties": {"mode": {"nullable": True, "enum": [None]}}}]
+    return schema
+
+
+_FORM_ARGUMENTS = _as_form(_QUERY_ARGUMENTS)
 
 _BIT = {
     "type": "object",
@@ -105,14 +184,16 @@ _LIBRARY = {
     },
 }
 
+_INPUT = {"type": "string", "pattern": NOT_SPACE, "maxLength": 8000}
 _EMBEDDINGS_REQUEST = {
     "type": "object",
     "required": ["model", "input"],
+    "description": "Any other key is ignored. More than 256 inputs, or one over 8,000 characters, is a 413.",
     "properties": {
-        "model": {"type": "string", "description": "A library's embedding_model."},
-        "input": {"oneOf": [{"type": "string", "minLength": 1, "maxLength": 8000},
-                            {"type": "array", "minItems": 1, "maxItems": 256,
-                             "items": {"type": "string", "minLength": 1, "maxLength": 8000}}]},
+        "model": {"type": "string", "pattern": NOT_SPACE,
+                  "description": "A library's embedding_model (one not embedded here: 404, model_not_found)."},
+        "input": {"oneOf": [_INPUT, {"type": "array", "minItems": 1, "maxItems": 256, "items": _INPUT}],
+                  "description": "Text, or a list of texts; none of them blank."},
         "encoding_format": {"type": "string", "enum": ["float", "base64"], "default": "float"},
     },
 }
@@ -256,8 +337,8 @@ OPENAPI: dict[str, Any] = {
                                 "schema": {"type": "string"}, "description": "Bearer <access token>"}],
                 "requestBody": {"content": {
                     "application/json": {"schema": _QUERY_ARGUMENTS},
-                    "application/x-www-form-urlencoded": {"schema": _QUERY_ARGUMENTS},
-                    "multipart/form-data": {"schema": _QUERY_ARGUMENTS},
+                    "application/x-www-form-urlencoded": {"schema": _FORM_ARGUMENTS},
+                    "multipart/form-data": {"schema": _FORM_ARGUMENTS},
                 }},
                 "responses": {
                     "200": {"description": "A version-1 library of the best bits (Accept: application/msgpack: as "
@@ -286,7 +367,7 @@ OPENAPI: dict[str, Any] = {
                 "200": {"description": "One vector per input", "content": {"application/json": {
                     "schema": _EMBEDDINGS_ANSWER}}},
                 **{status: _openai_error(description) for status, description in (
-                    ("400", "A bad request, or a model not embedded here"),
+                    ("400", "A bad request, naming the parameter"), ("404", "A model not embedded here"),
                     ("401", "An access token that failed verification"),
                     ("413", "Too many or too long inputs"), ("429", "Too many requests"),
                     ("502", "The embedding service failed"), ("504", "The embedding service did not answer in time"))},
@@ -298,13 +379,14 @@ OPENAPI: dict[str, Any] = {
                            "page, and next_cursor: pass it as cursor for the next page (null after the last).",
             "parameters": [
                 {"name": "prefix", "in": "query", "required": False,
-                 "schema": {"type": "string", "maxLength": MAX_NAME_CHARACTERS},
+                 "schema": {"type": "string", "maxLength": MAX_NAME_CHARACTERS, "pattern": "^[^\\x00-\\x1f\\x7f]*$"},
                  "description": "Only names that start with it (a folder's: blog/)"},
                 {"name": "limit", "in": "query", "required": False,
                  "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
                  "description": f"A page of this many ({DEFAULT_LIMIT} with only a cursor)"},
-                {"name": "cursor", "in": "query", "required": False, "schema": {"type": "string"},
-                 "description": "The next_cursor of the page before"},
+                {"name": "cursor", "in": "query", "required": False,
+                 "schema": {"type": "string", "pattern": "^n[A-Za-z0-9_-]*$", "maxLength": 4 * MAX_NAME_CHARACTERS},
+                 "description": "The next_cursor of the page before, as it came (another is a 400)"},
                 *_TOKEN_PARAMETERS],
             "responses": {
                 "200": {"description": "Libraries", "content": {"application/json": {"schema": _LIBRARY_LIST}}},
@@ -339,7 +421,7 @@ OPENAPI: dict[str, Any] = {
         **DIALECT_PATHS,
         **RETRIEVAL_PATHS,
     },
-    "components": {"schemas": {"Error": _ERROR, "Bit": _BIT, "Library": _LIBRARY, "Page": _PAGE}},
+    "components": {"schemas": {"Error": _ERROR, "Bit": _BIT, "Library": _LIBRARY, "Page": _PAGE, **RETRIEVAL_SCHEMAS}},
 }
 
 
@@ -371,3 +453,22 @@ def _under_publisher(operation: dict[str, Any]) -> dict[str, Any]:
 
 
 OPENAPI["paths"].update(_publisher_paths(OPENAPI["paths"]))
+
+
+@cache
+def document_for(max_count: int) -> dict[str, Any]:
+    """The document of a host whose --max-count is `max_count`."""
+    document = copy.deepcopy(OPENAPI)
+    _set_limits(document, max_count)
+    return document
+
+
+def _set_limits(node: Any, max_count: int) -> None:
+    if isinstance(node, dict):
+        if node.get("x-limit") == "max_count":
+            node["maximum"] = min(max_count, node.get("x-cap", max_count))
+        for value in node.values():
+            _set_limits(value, max_count)
+    elif isinstance(node, list):
+        for value in node:
+            _set_limits(value, max_count)

@@ -64,6 +64,7 @@ INLINE_TOKENS = 4096  # ...or tokens
 # Postings a keyword (or hybrid) query may have on the loop's thread: the block-max search reads a
 # fraction of them (1M verses, three terms of 150-300k postings each: 0.1-2 ms; host/keywords/top.py).
 INLINE_POSTINGS = 1 << 20
+INLINE_CHOSEN_ROWS = 4096  # rows of the libraries a query chooses, at most, for it to be answered inline
 
 
 async def query_endpoint(request: Request) -> Response:
@@ -107,6 +108,15 @@ def model_and_libraries(scope: Scope, catalog: Catalog, args: QueryArgs, caller:
     return catalog.models[model], frozenset(library.name for library in chosen if library.embedding_model == model)
 
 
+def publisher_of(catalog: Catalog, libraries: frozenset[str] | None) -> str | None:
+    """The publisher folder holding every library of an answer narrowed to `libraries`, if one does
+    (its access file's `restricted` signals are then the answer's: host/web/access_rules.py)."""
+    if not libraries:
+        return None
+    scopes = {library.scope for name in libraries if (library := catalog.library(name)) is not None}
+    return scopes.pop() if len(scopes) == 1 else None
+
+
 def check_answer_size(size: int, limit: int) -> None:
     if size > limit:
         raise bad_request(f"this answer would be about {size:,} bytes, over this host's {limit:,}-byte limit: "
@@ -134,7 +144,7 @@ async def answer(
     `libraries` narrows the answer to those libraries (the MCP tool's `library`). With
     `stream_large`, a JSON answer of more than STREAM_FROM_BYTES comes as pieces rendered as they
     are sent (and is not cached): a client reading slowly then holds a few bits, not the answer."""
-    restricted_count, restricted_message = state.access.restricted_count, state.access.restricted_message
+    restricted_count, restricted_message = state.access.restricted_for(publisher_of(catalog, libraries))
     key = None  # a random sample is different every time: never cached
     mode: Mode = args.effective_mode
     notes: tuple[str, ...] = ()
@@ -166,6 +176,8 @@ async def answer(
                               count_restricted=restricted_count or bool(restricted_message), search=search)
         if notes:
             selection = replace(selection, notes=(*notes, *selection.notes))
+        if key is None:
+            selection = replace(selection, best_score=None)  # a random sample: no question to be sure of
         binary = form == "msgpack"
         estimate = estimated_answer_bytes(index, selection, omit, binary_embeddings=binary)
         check_answer_size(estimate, limit)
@@ -181,8 +193,8 @@ async def answer(
         return body
 
     search = state.search.for_index(index, caller.access_tags)
-    inline = runs_inline(index, args, search, libraries) if mode != "keyword" else small(args, libraries)
-    if inline and mode != "vector":
+    inline = runs_inline(index, args, search, libraries) if mode != "keyword" else small(args, libraries, index)
+    if inline and mode != "vector" and libraries is None:  # a few chosen rows are scored, not the postings read
         assert args.query is not None
         inline = weigh(index, args.query, caller.access_tags).postings <= INLINE_POSTINGS
     computed = compute() if inline else await run_in_threadpool(compute)
@@ -216,18 +228,27 @@ async def query_vector_of(state: HostState, index: ModelIndex, args: QueryArgs, 
     return random_query(index.dimension)
 
 
-def small(args: QueryArgs, libraries: frozenset[str] | None) -> bool:
-    """A small budget and no constraint: what every query answered inline has."""
-    return (args.constraint is None and libraries is None
-            and args.count <= (INLINE_BITS if args.count_type == "bit" else INLINE_TOKENS))
+def small(args: QueryArgs, libraries: frozenset[str] | None, index: ModelIndex | None = None) -> bool:
+    """A small budget and no constraint, and no library list unless its libraries are small (`index`
+    given): what every query answered inline has."""
+    if libraries is not None and (index is None or chosen_rows(index, libraries) > INLINE_CHOSEN_ROWS):
+        return False
+    return args.constraint is None and args.count <= (INLINE_BITS if args.count_type == "bit" else INLINE_TOKENS)
+
+
+def chosen_rows(index: ModelIndex, libraries: frozenset[str]) -> int:
+    return sum(index.libraries[position].bit_count for position in index.positions_of(libraries))
 
 
 def runs_inline(index: ModelIndex, args: QueryArgs, search: Search, libraries: frozenset[str] | None) -> bool:
     """Whether a query reads so little that it is answered on the event loop's thread: a small budget,
     no constraint, and a cluster scan (the centroids, then at least `probes` clusters and `oversample`
-    rows) or an exact scan too small to share passes, of at most INLINE_FLOATS values."""
-    if not small(args, libraries):
+    rows) or an exact scan too small to share passes, of at most INLINE_FLOATS values; or a few small
+    libraries chosen among many (their rows gathered and scored, at most INLINE_CHOSEN_ROWS)."""
+    if not small(args, libraries, index):
         return False
+    if libraries is not None:
+        return True
     if search.approximate and index.clusters is not None:
         table = index.clusters
         loose = sum(stop - start for start, stop in table.loose)

@@ -11,7 +11,7 @@ from access.issuer_keys import REGISTRY
 from host.catalog.replica import Replica
 from host.search.batching import BATCHER
 from host.service.prometheus import heading, sample
-from host.web.openapi import OPENAPI
+from host.web.openapi import document_for
 from host.web.responses import JSON, render_json
 from host.web.server import DRAINING
 from host.web.state import HostState, host_state
@@ -107,4 +107,4 @@ def signature_lines(replica: Replica | None) -> list[str]:
 
 
 async def openapi(request: Request) -> Response:
-    return Response(render_json(OPENAPI), media_type=JSON)
+    return Response(render_json(document_for(host_state(request).settings.max_count)), media_type=JSON)

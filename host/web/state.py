@@ -16,6 +16,7 @@ from host.search.query import SearchPolicy
 from host.service.settings import Settings
 from host.service.sources import Sources
 from host.store.residency import Residency
+from host.web.access_rules import AccessRules
 from host.web.metrics import Metrics
 from host.web.page.kept import Kept
 from host.web.page.maps import ProjectionCache
@@ -36,7 +37,8 @@ class HostState:
         self.residency = Residency(settings.populate_bytes)
         self._populate(catalog)
         self.catalog = catalog
-        self.access = access
+        self.access = AccessRules(access)  # and each publisher folder's access file (host/web/access_rules.py)
+        self.access.follow(catalog.root, catalog.scopes)
         self.embedders = embedders
         self.search = SearchPolicy(settings.search, settings.approximate_from, settings.oversample, settings.probes,
                                    codes_from=settings.populate_bytes)
@@ -57,12 +59,13 @@ class HostState:
     def install(self, catalog: Catalog) -> None:
         """Swap in a new generation: requests already running keep the one they read."""
         self._populate(catalog)  # before the swap: the first queries of a new library find its pages mapped
+        self.access.follow(catalog.root, catalog.scopes)  # before the swap too: its scoped tags are granted at once
         self.catalog = catalog
         self._describe(catalog)
 
     def _populate(self, catalog: Catalog) -> None:
-        populated = self.residency.admit(catalog.libraries)
-        if populated.libraries or (populated.left and self.residency.budget):
+        populated = self.residency.admit(catalog.segments)
+        if populated.segments or (populated.left and self.residency.budget):
             log.info("%s", populated.describe(self.residency.budget))
 
     def _describe(self, catalog: Catalog) -> None:

@@ -19,7 +19,7 @@ from host.catalog.model_index import ModelIndex
 from host.library.embeddings import ADA_002, encode_embedding
 from host.library.format import parse_library
 from host.service.harness import child_environment
-from host.store.compiled import SourceKey, open_compiled, read_library_file, write_compiled
+from host.store.compiled import SourceKey, open_segment, read_library_file, write_compiled
 
 from .config import Config, label
 from .libraries import generator_params, matrix_of
@@ -88,10 +88,10 @@ def measure(size: Size) -> Numbers | None:
     stat = source.stat()
     write_compiled(parsed, target, SourceKey(stat.st_size, stat.st_mtime_ns, "0" * 64), "library")
     t3 = time.perf_counter()
-    open_compiled(target, source)
+    open_segment(target)
     t4 = time.perf_counter()
     result["phases"] = {"read_and_json_loads": t1 - t0, "parse_library": t2 - t1, "write_compiled": t3 - t2,
-                        "open_compiled": t4 - t3}
+                        "open_segment": t4 - t3}
     del parsed
     gc.collect()
     shutil.rmtree(target, ignore_errors=True)
@@ -109,7 +109,7 @@ def report(results: Results, config: Config) -> list[str]:
                          f"{compiled['bits_per_second']:,.0f}", f"{compiled['json_bytes'] / compiled['seconds'] / 1e6:.0f}",
                          f"{compiled['peak_rss_bytes'] / 2**20:,.0f}",
                          " / ".join(f"{phases[p]:.2f}" for p in ("read_and_json_loads", "parse_library", "write_compiled",
-                                                                 "open_compiled")) if phases else "-"])
+                                                                 "open_segment")) if phases else "-"])
     if not rows:
         return []
     largest = max(bits for bits, entry in sizes.items() if entry.get("compile"))

@@ -37,7 +37,7 @@ from host.library.format import ParsedLibrary
 from host.search.engine import rank
 from host.search.model_text import constraint_mask
 from host.search.query import Query, SearchPolicy, run_query
-from host.store.compiled import STORE_FORMAT, CompiledLibrary, SourceKey, open_compiled, write_compiled
+from host.store.compiled import STORE_FORMAT, Segment, SourceKey, open_segment, write_compiled
 
 from .config import Config
 from .report import ROOT, say, table
@@ -103,7 +103,7 @@ def synthetic_library(bits: int, seed: int) -> ParsedLibrary:
     )
 
 
-def compiled_library(workdir: Path, bits: int, seed: int) -> tuple[CompiledLibrary, dict[str, float]]:
+def compiled_library(workdir: Path, bits: int, seed: int) -> tuple[Segment, dict[str, float]]:
     """The compiled synthetic library (built once, reused), and the build figures."""
     folder = workdir / f"constraints-{bits}" / "bench"
     source = folder.parent / "bench.json"
@@ -113,7 +113,7 @@ def compiled_library(workdir: Path, bits: int, seed: int) -> tuple[CompiledLibra
         if meta["store_format"] == STORE_FORMAT and meta["details"].get("bench_constraints") == {
             "bits": bits, "seed": seed, "generator": GENERATOR}:
             say(f"reusing {folder}")
-            return open_compiled(folder, source), json.loads(figures_path.read_text())
+            return open_segment(folder), json.loads(figures_path.read_text())
     except (OSError, ValueError, KeyError):
         pass
     say(f"generating {bits:,} bits")
@@ -136,7 +136,7 @@ def compiled_library(workdir: Path, bits: int, seed: int) -> tuple[CompiledLibra
         "text_words": int(sum(len(words(record["text"])) for record in library.records[:1000]) * bits / 1000),
     }
     figures_path.write_text(json.dumps(figures))
-    return open_compiled(folder, source), figures
+    return open_segment(folder), figures
 
 
 # ---- measuring ----------------------------------------------------------------------------------
@@ -172,10 +172,10 @@ CONSTRAINTS: list[tuple[str, Any]] = [
 
 
 def measure_filtered_vs_unfiltered(
-    library: CompiledLibrary, *, repeat: int = 15, count: int = 1500, seed: int = 1
+    library: Segment, *, repeat: int = 15, count: int = 1500, seed: int = 1
 ) -> list[dict[str, Any]]:
     """Per constraint: matching bits, mask ms, and rank ms with vs without it (p50), and the ratio."""
-    index = ModelIndex.build((library,))
+    index = ModelIndex.of_segments((library,))
     rng = np.random.default_rng(seed)
     queries = []
     for row in rng.integers(0, library.bit_count, size=repeat + 1):
@@ -208,9 +208,9 @@ def measure_filtered_vs_unfiltered(
     return rows
 
 
-def measure_hybrid(library: CompiledLibrary, *, repeat: int = 15, count: int = 1500) -> dict[str, Any]:
+def measure_hybrid(library: Segment, *, repeat: int = 15, count: int = 1500) -> dict[str, Any]:
     """RAGFlow's retrieval (the SDK's defaults: w 0.3, threshold 0.2, top_k 1024) vs rank(), p50 ms."""
-    index = ModelIndex.build((library,))
+    index = ModelIndex.of_segments((library,))
     rng = np.random.default_rng(5)
     vector = library.embeddings[int(rng.integers(library.bit_count))].astype(np.float32)
     question = "what did the lord say to moses about the people of israel"

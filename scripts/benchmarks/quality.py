@@ -4,10 +4,16 @@ the host is measured beside (scripts/bench_quality.py runs them all in one go).
 
 References, computed here on the library the host imported (its bits, their titles and texts, their
 own vectors), never on the host's answers:
-  bm25s    BM25 of the bits' title + text by bm25s (k1 1.2, b 0.75, Lucene's English stop words,
-           PyStemmer's English Snowball stemmer): a BM25 done by somebody else
+  bm25s    BM25 of the bits' title + text by bm25s (k1 1.2, b 0.75, Lucene's 33 English stop words,
+           bm25s's `en`, PyStemmer's English Snowball stemmer): a BM25 done by somebody else
+  bm25s+   the same with bm25s's own larger English list (`english_plus`, NLTK's 179 words)
   dense    exact dot products of the query's vector (the host's /v1/embeddings) with every bit's
-  rrf      reciprocal-rank fusion of those two, k = 60: the textbook way to fuse them
+  rrf      reciprocal-rank fusion of bm25s and dense, k = 60: the textbook way to fuse them
+  rrf+     the same of bm25s+ and dense
+
+Whether a score says "nothing here" (`turned_away`): the threshold that keeps the best answer of 90%
+of a collection's own judged questions (the 10th percentile of their best scores), and the share of
+questions about something else (../shared/ir/offtopic/) whose best answer falls below it.
 """
 
 from __future__ import annotations
@@ -93,16 +99,31 @@ def reciprocal_rank_fusion(*rankings: Sequence[int], k: int = RRF_K) -> list[int
     return sorted(scores, key=lambda row: (-scores[row], row))
 
 
-def bm25s_rankings(texts: Sequence[str], questions: Sequence[str], depth: int) -> list[list[int]]:
-    """bm25s's top `depth` bits for each question (see the module docstring)."""
+KEPT_SHARE = 0.9  # of a collection's own questions, whose best answer a threshold keeps
+
+
+def threshold_keeping(best_scores: Sequence[float], share: float = KEPT_SHARE) -> float:
+    """The threshold that keeps the best answer of `share` of the questions: their (1 - share) quantile."""
+    return float(np.quantile(np.asarray(best_scores, dtype=np.float64), 1 - share))
+
+
+def turned_away(best_scores: Sequence[float], threshold: float) -> float:
+    """The share of questions whose best answer scores below `threshold` (no answer scores 0)."""
+    return float(np.mean(np.asarray(best_scores, dtype=np.float64) < threshold)) if len(best_scores) else 0.0
+
+
+def bm25s_rankings(texts: Sequence[str], questions: Sequence[str], depth: int,
+                   stopwords: str = "en") -> list[list[int]]:
+    """bm25s's top `depth` bits for each question (see the module docstring); `stopwords` is
+    bm25s's name of its list: `en` (Lucene's 33) or `english_plus` (NLTK's 179)."""
     import bm25s
     import Stemmer
 
     stemmer = Stemmer.Stemmer("english")
     retriever = bm25s.BM25(k1=1.2, b=0.75)
-    retriever.index(bm25s.tokenize(list(texts), stopwords="en", stemmer=stemmer, show_progress=False),
+    retriever.index(bm25s.tokenize(list(texts), stopwords=stopwords, stemmer=stemmer, show_progress=False),
                     show_progress=False)
-    tokenized = bm25s.tokenize(list(questions), stopwords="en", stemmer=stemmer, show_progress=False,
+    tokenized = bm25s.tokenize(list(questions), stopwords=stopwords, stemmer=stemmer, show_progress=False,
                                return_ids=False)
     rankings = []
     for words in tokenized:

@@ -135,7 +135,8 @@ def describe_type(document: dict[str, Any], schema: dict[str, Any]) -> str:
     schema = resolve(document, schema)
     for key in ("oneOf", "anyOf"):
         if key in schema:
-            return " or ".join(dict.fromkeys(describe_type(document, option) for option in schema[key]))
+            kinds = " or ".join(dict.fromkeys(describe_type(document, option) for option in schema[key]))
+            return kinds + (" or null" if schema.get("nullable") and "null" not in kinds else "")
     if "enum" in schema and "type" not in schema:
         return " or ".join("null" if value is None else json.dumps(value) for value in schema["enum"])
     kind = schema.get("type", "any")
@@ -148,10 +149,26 @@ def describe_type(document: dict[str, Any], schema: dict[str, Any]) -> str:
     return kind
 
 
+def readable_pattern(pattern: str) -> str:
+    """A pattern as a reader takes it in: the host's spelled-out classes of spaces as `\\s` and `\\S`."""
+    from host.web.dialects.openapi_paths import NOT_SPACE, SPACE
+
+    number_space = SPACE.replace("\\x1c-\\x1f", "")
+    return pattern.replace(NOT_SPACE, "\\S").replace(SPACE, "\\s").replace(number_space, "\\s")
+
+
 def describe_constraints(schema: dict[str, Any]) -> str:
-    parts = [template.format(schema[key]) for key, template in _CONSTRAINTS if key in schema]
+    parts = [template.format(readable_pattern(schema[key]) if key == "pattern" else schema[key])
+             for key, template in _CONSTRAINTS if key in schema]
     if "enum" in schema and "type" in schema:
         parts.append("one of " + ", ".join(f"`{json.dumps(value)}`" for value in schema["enum"]))
+    if "maxProperties" in schema:
+        parts.append(f"at most {schema['maxProperties']} fields")
+    for key in ("anyOf", "oneOf"):
+        options = [(describe_type({}, option) if "$ref" not in option else "", describe_constraints(option))
+                   for option in schema.get(key, []) if isinstance(option, dict)]
+        if any(constraints for _, constraints in options):
+            parts.append(" or ".join(f"{kind}: {constraints}" if constraints else kind for kind, constraints in options))
     if "default" in schema:
         parts.append(f"default `{json.dumps(schema['default'])}`")
     if schema.get("additionalProperties") is False:
@@ -218,9 +235,17 @@ def http_reference(document: dict[str, Any]) -> str:
             media = body.get("content", {})
             required = " (required)" if body.get("required") else ""
             out.append(f"**Body**{required}: {', '.join(f'`{m}`' for m in media)}\n")
-            schemas = {json.dumps(content.get("schema", {}), sort_keys=True): content.get("schema", {})
-                       for content in media.values()}
-            for schema in schemas.values():  # the same schema for every media type is shown once
+            shown: list[set[str]] = []
+            for name, content in media.items():
+                schema = resolve(document, content.get("schema", {}))
+                names = set(schema.get("properties", {}))
+                if names and names in shown:  # a form of the same arguments: said in a line
+                    more = describe_constraints({key: value for key, value in schema.items() if key == "maxProperties"})
+                    out.append(f"As `{name}`: the same fields, as text{'; ' + more if more else ''}.\n")
+                    continue
+                shown.append(names)
+                if schema.get("description"):
+                    out.append(" ".join(schema["description"].split()) + "\n")
                 out.extend(_fields_table(document, schema))
         out.append("| status | meaning | content |\n|---|---|---|")
         for status, response in operation.get("responses", {}).items():

@@ -63,10 +63,12 @@ def libraries_call() -> Call:
 
 def query_call(query: str | None, count: int, count_type: CountType, model: str | None,
                similarity_threshold: float | None, constraint: str | Mapping[str, Any] | None,
-               mode: Mode | None = None, keyword_weight: float | None = None) -> Call:
+               mode: Mode | None = None, keyword_weight: float | None = None,
+               score_threshold: float | None = None) -> Call:
     arguments: dict[str, Any] = {"count": count, "count_type": count_type}
     optional = {"query": query, "query_embedding_model": model, "similarity_threshold": similarity_threshold,
-                "constraint": constraint, "mode": mode, "keyword_weight": keyword_weight}
+                "score_threshold": score_threshold, "constraint": constraint, "mode": mode,
+                "keyword_weight": keyword_weight}
     arguments.update({name: value for name, value in optional.items() if value is not None})
     return Call("POST", "/", arguments)
 
@@ -164,10 +166,11 @@ class PolymathClient:
     def query(self, query: str | None = None, *, count: int = 1000, count_type: CountType = "token",
               model: str | None = None, similarity_threshold: float | None = None,
               constraint: str | Mapping[str, Any] | None = None, mode: Mode | None = None,
-              keyword_weight: float | None = None) -> Answer:
+              keyword_weight: float | None = None, score_threshold: float | None = None) -> Answer:
         """`POST /`: the bits that best answer `query` within `count` tokens or bits, ranked in `mode`
-        (no query: a random sample)."""
-        call = query_call(query, count, count_type, model, similarity_threshold, constraint, mode, keyword_weight)
+        (no query: a random sample), only those scoring at least `score_threshold` (0-1)."""
+        call = query_call(query, count, count_type, model, similarity_threshold, constraint, mode, keyword_weight,
+                          score_threshold)
         return read_answer(self._ask(call))
 
     def retrieve(self, query: str, *, k: int = 4, libraries: Sequence[str] | None = None, score_threshold: float = 0.0,
@@ -216,10 +219,11 @@ class AsyncPolymathClient:
     async def query(self, query: str | None = None, *, count: int = 1000, count_type: CountType = "token",
                     model: str | None = None, similarity_threshold: float | None = None,
                     constraint: str | Mapping[str, Any] | None = None, mode: Mode | None = None,
-                    keyword_weight: float | None = None) -> Answer:
+                    keyword_weight: float | None = None, score_threshold: float | None = None) -> Answer:
         """`POST /`: the bits that best answer `query` within `count` tokens or bits, ranked in `mode`
-        (no query: a random sample)."""
-        call = query_call(query, count, count_type, model, similarity_threshold, constraint, mode, keyword_weight)
+        (no query: a random sample), only those scoring at least `score_threshold` (0-1)."""
+        call = query_call(query, count, count_type, model, similarity_threshold, constraint, mode, keyword_weight,
+                          score_threshold)
         return read_answer(await self._ask(call))
 
     async def retrieve(self, query: str, *, k: int = 4, libraries: Sequence[str] | None = None,

@@ -53,6 +53,7 @@ class Answer:
     message: str | None = None  # details.message: e.g. that restricted bits were held back
     notes: tuple[str, ...] = ()  # details.notes: how the answer was made, e.g. "ranked by meaning alone"
     sort: str = "similarity"  # "manual" when ranked by keywords or fused: the bits' order is the host's
+    best_score: float | None = None  # details.best_score: the best bit's score, kept by a threshold or not
 
 
 @dataclass(frozen=True)
@@ -109,10 +110,12 @@ def read_answer(data: Any) -> Answer:
     details = answer.get("details")
     details = details if isinstance(details, Mapping) else {}
     message, notes, sort = details.get("message"), details.get("notes"), answer.get("sort")
+    best = details.get("best_score")
     return Answer(_field(answer, "embedding_model", str, "the answer"), bits,
                   message if isinstance(message, str) else None,
                   tuple(note for note in notes if isinstance(note, str)) if isinstance(notes, list) else (),
-                  sort if isinstance(sort, str) else "similarity")
+                  sort if isinstance(sort, str) else "similarity",
+                  float(best) if isinstance(best, int | float) and not isinstance(best, bool) else None)
 
 
 def read_records(data: Any) -> list[Passage]:

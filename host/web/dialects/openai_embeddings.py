@@ -40,7 +40,9 @@ async def embeddings(request: Request) -> Response:
     if index is None or not index.visible_count(caller.access_tags) or model not in state.embedders:
         served = ", ".join(sorted(m for m, i in state.catalog.models.items()
                                   if i.visible_count(caller.access_tags) and m in state.embedders)) or "none"
-        raise OpenAIError(400, f"model {model!r:.80} cannot be embedded here; models embedded here: {served}", "model")
+        # OpenAI's answer to a model it does not have: 404 model_not_found (a private-only model reads the same).
+        raise OpenAIError(404, f"model {model!r:.80} cannot be embedded here; models embedded here: {served}", "model",
+                          code="model_not_found")
     timeout = state.settings.embedder_timeout + BATCH_SECONDS_PER_INPUT * len(inputs)
     try:
         vectors = await state.embedders.embed_texts(model, inputs, timeout=timeout)

@@ -16,11 +16,11 @@ one constraint engine (host/constraints/attribute_filter.py). Ranking is hybrid,
 search is (meaning and keywords fused): `ranking_options.hybrid_search` `{"embedding_weight",
 "text_weight"}` (both, as OpenAI's file search tool documents them: weights of a fusion of the two
 rankings) set the keywords' share, `text_weight / (embedding_weight + text_weight)`, 0.5 without
-them; the score is the fused rank score (0-1, passages.py) and `ranking_options.score_threshold`
-(0-1) the least score kept. `ranking_options.ranker` (`auto`, `default-2024-11-15`, or `none`:
-OpenAI's re-ranking on or off) and `rewrite_query` are accepted and change nothing: this host has
-no re-ranking model and rewrites nothing. A result's
-file is the bits of the library sharing its URL (the document RAGFlow's dialect lists: `file_id`
+them; the score is the fused rank score (0-1, the same in every question: passages.py) and
+`ranking_options.score_threshold` (0-1) the least score kept: above the best one's, `data` is
+empty. `ranking_options.ranker` (`auto`, `default-2024-11-15`, or `none`: OpenAI's re-ranking on
+or off) and `rewrite_query` are accepted and change nothing: this host has no re-ranking model and
+rewrites nothing. A result's file is the bits of the library sharing its URL (the document RAGFlow's dialect lists: `file_id`
 is "file-" and that document's id), `filename` its URL, `attributes` the bit's info fields with
 its library, bit_id and token_count.
 
@@ -67,14 +67,18 @@ READ_ONLY = ("this host serves its libraries read-only, as vector stores it list
              "a library is published by putting its file in the host's libraries folder")
 
 
+REFUSED = "refused"  # the name of a route that only refuses (405): not an operation of this host, nor in its Allow
+
+
 def routes() -> list[BaseRoute]:
     return [
         Route("/v1/vector_stores", list_vector_stores, methods=["GET"]),
-        Route("/v1/vector_stores", unsupported, methods=["POST"]),
+        Route("/v1/vector_stores", unsupported, methods=["POST"], name=REFUSED),
         Route("/v1/vector_stores/{vector_store_id:path}/search", search, methods=["POST"]),
-        Route("/v1/vector_stores/{rest:path}", vector_store_path, methods=["GET", "POST", "DELETE"]),
-        Route("/v1/files", unsupported, methods=["GET", "POST"]),
-        Route("/v1/files/{rest:path}", unsupported, methods=["GET", "POST", "DELETE"]),
+        Route("/v1/vector_stores/{rest:path}", vector_store_path, methods=["GET"]),
+        Route("/v1/vector_stores/{rest:path}", unsupported, methods=["POST", "DELETE"], name=REFUSED),
+        Route("/v1/files", unsupported, methods=["GET", "POST"], name=REFUSED),
+        Route("/v1/files/{rest:path}", unsupported, methods=["GET", "POST", "DELETE"], name=REFUSED),
     ]
 
 
@@ -110,10 +114,10 @@ async def list_vector_stores(request: Request) -> Response:
         stores.reverse()
     ids = [store.library.name for store in stores]
     start, stop = 0, len(stores)
-    if "after" in params:
-        start = _cursor(ids, params["after"], "after") + 1
-    if "before" in params:
-        stop = _cursor(ids, params["before"], "before")
+    if params.get("after"):  # a blank cursor, as a form left empty sends it, is no cursor
+        start = _cursor(ids, params["after"]) + 1
+    if params.get("before"):
+        stop = _cursor(ids, params["before"])
     page = stores[start:stop][:limit]
     data = [describe(store) for store in page]
     body = {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
@@ -133,16 +137,16 @@ def _integer_parameter(value: str | None, name: str, default: int, largest: int)
     return number
 
 
-def _cursor(ids: list[str], value: str, name: str) -> int:
+def _cursor(ids: list[str], value: str) -> int:
     if value not in ids:  # a private library's name is refused exactly as an unknown one
-        raise OpenAIError(400, f"{name} must be the id of a vector store in this list, got {value!r:.80}", name)
+        raise not_found(value)
     return ids.index(value)
 
 
 async def vector_store_path(request: Request) -> Response:
-    """`GET /v1/vector_stores/{id}`; any other operation under the path is refused as read-only."""
+    """`GET /v1/vector_stores/{id}`; its files and file batches are refused as read-only."""
     rest = request.path_params["rest"]
-    if request.method != "GET" or any(part in ("files", "file_batches") for part in rest.split("/")[1:]):
+    if any(part in ("files", "file_batches") for part in rest.split("/")[1:]):
         return await unsupported(request)
     caller = openai_caller(request)
     catalog = host_state(request).catalog
@@ -158,7 +162,8 @@ def describe(store: Dataset) -> dict[str, Any]:
     """A library as OpenAI's VectorStore object, from the bits this caller may see of it."""
     library, rows = store.library, store.visible_rows
     files = len(store.documents.values)
-    usage = int((library.record_offsets[rows + 1] - library.record_offsets[rows]).sum())
+    offsets = store.segment.record_offsets
+    usage = int((offsets[rows + 1] - offsets[rows]).sum())
     return {
         "id": library.name, "object": "vector_store", "created_at": 0, "name": library.name, "usage_bytes": usage,
         "file_counts": {"in_progress": 0, "completed": files, "failed": 0, "cancelled": 0, "total": files},

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+# What Python's str.strip() removes (the host trims text arguments with it), as a regular expression class:
+# `\s` of the document's readers may not agree with Python on \x1c-\x1f and the like.
+SPACE = "[\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]"
+NOT_SPACE = "[^" + SPACE[1:]  # a character str.strip() keeps
+
 _BEARER = {"name": "Authorization", "in": "header", "required": False, "schema": {"type": "string"},
            "description": "Bearer <access token> (what RAGFlow(api_key=...) sends); none or empty: public bits only"}
 _NULL = {"enum": [None]}
@@ -48,7 +53,7 @@ _CHUNK = {"type": "object", "required": ["id", "content", "document_id", "datase
                    "1 - w (POST /'s score), 0-1; the cosine when a question of stop words was ranked by meaning"},
     "vector_similarity": {"type": "number", "description": "the cosine similarity POST / reports"},
     "term_similarity": {"type": "number", "minimum": 0, "maximum": 1,
-                        "description": "the keyword (BM25) side of the fusion, normalized over the candidates"},
+                        "description": "the keyword side of the fusion: min(1, BM25 / the question's norm)"},
     "highlight": {"type": "string", "description": "with highlight: sentences holding question words, in <em>"},
     "document_metadata": {"type": "object", "description": "with include_metadata: the bit's info fields"},
 }}
@@ -67,7 +72,8 @@ _RETRIEVAL_REQUEST = {"type": "object", "required": ["dataset_ids", "question"],
     "page": {"type": "integer", "minimum": 1, "default": 1},
     "page_size": {"type": "integer", "minimum": 1, "maximum": 100, "default": 30},
     "similarity_threshold": {"type": "number", "default": 0.2,
-                             "description": "the least similarity (the fused score) a chunk keeps; void when w is 0"},
+                             "description": "the least similarity (the fused score, 0-1, the same in every question) "
+                                            "a chunk keeps; void when w is 0"},
     "vector_similarity_weight": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.3,
                                  "description": "w, the vectors' share: ranked hybrid with keyword_weight 1 - w"},
     "top_k": {"type": "integer", "minimum": 1, "default": 1024},
@@ -98,10 +104,18 @@ def _query(name: str, schema: dict[str, Any], description: str = "") -> dict[str
     return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
 
 
-_PAGES = [_query("page", {"type": "integer", "minimum": 1, "default": 1}),
-          _query("page_size", {"type": "integer", "minimum": 1, "default": 30})]
+def _pages(largest: int) -> list[dict[str, Any]]:
+    return [_query("page", {"type": "integer", "minimum": 1, "default": 1}),
+            _query("page_size", {"type": "integer", "minimum": 1, "maximum": largest, "default": 30})]
 
 _JSON_RPC = {"type": "object", "description": "a JSON-RPC 2.0 message of the Model Context Protocol"}
+_JSON_RPC_SENT = {
+    "type": "object", "required": ["jsonrpc", "method"],
+    "description": "a JSON-RPC 2.0 request (with an id: a string or an integer) or notification (without) of the "
+                   "Model Context Protocol; its methods and their params are the protocol's (an unknown method is a "
+                   "JSON-RPC error in a 200 answer)",
+    "properties": {"jsonrpc": {"type": "string", "enum": ["2.0"]}, "id": {},
+                   "method": {"type": "string"}, "params": {"type": "object", "nullable": True}}}
 
 PATHS: dict[str, Any] = {
     "/api/v1/retrieval": {"post": {
@@ -114,7 +128,7 @@ PATHS: dict[str, Any] = {
     }},
     "/api/v1/datasets": {"get": {
         "summary": "RAGFlow's dataset list: the libraries this caller may see",
-        "parameters": [_BEARER, *_PAGES, _query("id", {"type": "string"}), _query("name", {"type": "string"}),
+        "parameters": [_BEARER, *_pages(100), _query("id", {"type": "string"}), _query("name", {"type": "string"}),
                        _query("orderby", {"type": "string", "enum": ["create_time", "update_time"]}),
                        _query("desc", {"type": "boolean"})],
         "responses": {"200": _answer("Datasets, or RAGFlow's error envelope", {"type": "array", "items": _DATASET},
@@ -124,7 +138,7 @@ PATHS: dict[str, Any] = {
     "/api/v1/datasets/{dataset_id}/documents": {"get": {
         "summary": "RAGFlow's document list: a library's bits grouped by URL",
         "parameters": [{"name": "dataset_id", "in": "path", "required": True, "schema": {"type": "string"}},
-                       _BEARER, *_PAGES, _query("id", {"type": "string"}), _query("name", {"type": "string"}),
+                       _BEARER, *_pages(1024), _query("id", {"type": "string"}), _query("name", {"type": "string"}),
                        _query("keywords", {"type": "string"})],
         "responses": {"200": _answer("Documents, or RAGFlow's error envelope", _DOCUMENTS), **_errors("401", "429")},
     }},
@@ -134,7 +148,7 @@ PATHS: dict[str, Any] = {
                        "mcp package in its own forms.",
         "parameters": [{"name": "Authorization", "in": "header", "required": False, "schema": {"type": "string"},
                         "description": "Bearer <access token>"}],
-        "requestBody": {"content": {"application/json": {"schema": _JSON_RPC}}},
+        "requestBody": {"required": True, "content": {"application/json": {"schema": _JSON_RPC_SENT}}},
         "responses": {
             "200": {"description": "A JSON-RPC answer", "content": {"application/json": {"schema": _JSON_RPC}}},
             "202": {"description": "A notification, accepted"},

@@ -10,20 +10,19 @@ library, or the libraries of a folder, within a `/p/{name}/` prefix) is host/web
 to say. The budget is `count` bits,
 `--max-answer-bytes` caps the answer, and each bit is `results.bits.result_bit` (no embedding).
 
-A passage's `score` is its rank score on the 0-1 scale these dialects use, so that the list is in
-score order (Dify and OpenAI's clients merge and cut lists by it):
+A passage's `score` is the rank score `POST /` reports for the same question, on a 0-1 scale that
+means the same in every question (host/search/query.py), so that the list is in score order (Dify
+and OpenAI's clients merge and cut lists by it) and a threshold can say "nothing here":
 
-- hybrid: the fused score `POST /` reports as `score` for the same question (each side min-max
-  normalized over the candidates both rankings bring, then weighed): relative to the question,
-  the passage best by both meaning and keywords scores 1. A question with no keyword (only stop
-  words) is ranked by meaning alone, and scored as in vector mode;
+- hybrid: the fused score, (1 - w) * similarity + w * keyword score (host/search/fusion.py). A
+  question with no keyword (only stop words) is ranked by meaning alone, and scored as in vector mode;
 - vector: the similarity, clipped at 0 (a dot product of unit vectors);
-- keyword: the BM25 score over the best one's, so the best passage scores 1 here too.
+- keyword: the keyword score, min(1, BM25 / |w|) (host/search/keywords.py).
 
-`score_threshold` keeps the passages scoring at least that (0: every one). It is a filter over the
-ranked list: it never moves a passage or changes a score. In hybrid and vector mode it is the
-query core's `score_threshold`, applied before the count; in keyword mode it is applied to the
-scores above, which are in the same order as BM25, so the passages kept are the same.
+`score_threshold` keeps the passages scoring at least that (0: every one): the query core's
+`score_threshold`, applied before the count, in every mode. It never moves a passage or changes a
+score; above every passage's score, it answers an empty list. docs/quality.md gives the threshold
+that turned away nearly every off-topic question while keeping 90% of on-topic ones, per mode.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
+from host.catalog.libraries import Library
 from host.constraints import Node
 from host.embedders.errors import EmbedderError
 from host.library.omit import parse_omit
@@ -42,7 +42,6 @@ from host.results.bits import result_bit
 from host.search.engine import Selection
 from host.search.fusion import DEFAULT_KEYWORD_WEIGHT
 from host.search.query import Mode, Query, choose_model, run_query
-from host.store.compiled import CompiledLibrary
 from host.web.caller import Caller
 from host.web.library_selection import one_model
 from host.web.query_endpoint import check_answer_size
@@ -53,8 +52,7 @@ WITHOUT_EMBEDDING = parse_omit("embedding")
 
 @dataclass(frozen=True)
 class Passage:
-    library: CompiledLibrary
-    row: int  # the bit's row in its library
+    library: Library
     bit: dict[str, Any]  # as POST / answers it: id, text, token_count, similarity and score when it has them, info
     score: float  # the rank score, 0-1 (see the module's docstring)
 
@@ -64,7 +62,7 @@ class Passage:
         return info if isinstance(info, dict) else {}
 
 
-async def find_passages(state: HostState, caller: Caller, libraries: Sequence[CompiledLibrary], question: str,
+async def find_passages(state: HostState, caller: Caller, libraries: Sequence[Library], question: str,
                         count: int, *, score_threshold: float = 0.0, constraint: Node | None = None,
                         mode: Mode | None = None, keyword_weight: float = DEFAULT_KEYWORD_WEIGHT) -> list[Passage]:
     """The best `count` bits of `libraries` for `question` that this caller may see, best first.
@@ -79,10 +77,9 @@ async def find_passages(state: HostState, caller: Caller, libraries: Sequence[Co
         if vector.shape != (index.dimension,):
             raise EmbedderError(f"the embedder of {index.model} gave {vector.shape[-1]} dimensions; "
                                 f"its libraries have {index.dimension}")
-    threshold = score_threshold if score_threshold > 0 else None
     query = Query(vector, count, "bit", constraint=constraint, libraries=frozenset(library.name for library in libraries),
                   text=question, mode=mode, keyword_weight=keyword_weight,
-                  score_threshold=None if mode == "keyword" else threshold)
+                  score_threshold=score_threshold if score_threshold > 0 else None)
 
     def compute() -> list[Passage]:
         selection = run_query(index, query, caller.grant, state.search)
@@ -92,21 +89,17 @@ async def find_passages(state: HostState, caller: Caller, libraries: Sequence[Co
         ranks = [None] * len(selection.rows) if selection.ranks is None else selection.ranks.tolist()
         passages = []
         for row, similarity, rank, score in zip(selection.rows.tolist(), similarities, ranks,
-                                                passage_scores(selection, mode), strict=True):
-            if threshold is not None and score < threshold:
-                break  # keyword mode: the scores fall as BM25 does
-            library, local = index.locate(row)
-            bit = result_bit(library, local, WITHOUT_EMBEDDING, similarity=similarity, score=rank)
-            passages.append(Passage(library, local, bit, score))
+                                                passage_scores(selection), strict=True):
+            segment, local = index.locate(row)
+            bit = result_bit(segment, local, WITHOUT_EMBEDDING, similarity=similarity, score=rank)
+            passages.append(Passage(index.library_of(row), bit, score))
         return passages
 
     return await run_in_threadpool(compute)
 
 
-def passage_scores(selection: Selection, mode: Mode) -> list[float]:
-    """Each selected bit's 0-1 score: the fused score, the similarity, or BM25 over the best one's."""
+def passage_scores(selection: Selection) -> list[float]:
+    """Each selected bit's 0-1 score: its rank score (fused, keyword), else its similarity, clipped."""
     scores = selection.ranks if selection.ranks is not None else selection.scores
     assert scores is not None  # ranked by keywords, fused, or by similarity
-    if mode == "keyword" and len(scores) and scores[0] > 0:
-        scores = scores / scores[0]  # BM25, best first
     return [min(1.0, max(0.0, float(score))) for score in scores.tolist()]

@@ -14,12 +14,12 @@ from collections.abc import Callable
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from access import AccessControl
+from host.web.access_rules import AccessRules
 from host.web.caller import bearer_token, keys_ready
 
 
 class IssuerKeysReady:
-    def __init__(self, app: ASGIApp, access: Callable[[], AccessControl]) -> None:
+    def __init__(self, app: ASGIApp, access: Callable[[], AccessRules]) -> None:
         self.app = app
         self.access = access
 

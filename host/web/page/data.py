@@ -36,11 +36,12 @@ import numpy as np
 
 from access import Grant
 from host.catalog.generations import Catalog
+from host.catalog.libraries import Library
 from host.catalog.model_index import ModelIndex
 from host.catalog.selection import publishers
+from host.library.visibility import unscoped
 from host.results.bits import result_bit
 from host.search.query import Mode, Query, SearchPolicy, narrowing_mask, run_query
-from host.store.compiled import CompiledLibrary
 from host.web.middleware.publisher_prefix import library_href, root_href
 from host.web.page.kept import Kept
 from host.web.page.maps import LibraryMap, Projection, ProjectionCache, library_map, project_library
@@ -134,6 +135,7 @@ class PageData:
     libraries: tuple[LibraryView, ...]  # a publisher's libraries; the whole host's outside any folder
     sections: tuple[Section, ...]
     map: LibraryMap | None = None
+    score_threshold: float | None = None  # a text search shows only bits scoring at least this
     root: str = "/"  # the page's own path: "/", or "/p/<name>/" for a publisher's page
     publisher: str | None = None  # the name of a publisher's page (/p/<name>/)
     publishers: tuple[PublisherView, ...] = ()  # the whole host's page: its folders of libraries
@@ -166,7 +168,7 @@ def visible_models(catalog: Catalog, grant: Grant) -> list[ModelIndex]:
 
 
 def visible_library(catalog: Catalog, name: str | None, grant: Grant,
-                    scope: frozenset[str] | None = None) -> CompiledLibrary | None:
+                    scope: frozenset[str] | None = None) -> Library | None:
     """The library of that name if the caller may see a bit of it (and it is in `scope`, when given)."""
     library = catalog.library(name) if name and (scope is None or name in scope) else None
     return library if library is not None and library.visible_bit_count(grant.access_tags) else None
@@ -240,6 +242,7 @@ def build_page(inputs: PageInputs) -> PageData:
         library=library.name if library is not None else None,
         budget=request.budget,
         mode=request.mode,
+        score_threshold=request.score_threshold,
         search_available=bool(models),
         search_note=None if searchable or not models else NO_TEXT_SEARCH,
         caller=CallerView(grant.subject, tuple(sorted(grant.access_tags))) if grant.subject is not None else None,
@@ -291,7 +294,7 @@ def _list(inputs: PageInputs) -> Listing:
     return tuple(libraries), tuple(folders), len(groups)
 
 
-def _library_view(library: CompiledLibrary, grant: Grant, searchable: frozenset[str], root: str = "/") -> LibraryView:
+def _library_view(library: Library, grant: Grant, searchable: frozenset[str], root: str = "/") -> LibraryView:
     visible = library.visible_bit_count(grant.access_tags)
     message = library.details.get("message")
     description = " ".join(message.split()) if isinstance(message, str) and message.strip() else None
@@ -313,7 +316,7 @@ def _library_view(library: CompiledLibrary, grant: Grant, searchable: frozenset[
 class _SectionBuilder:
     """One section per model answering on this page: ranked by the query or a liked bit, or a sample."""
 
-    def __init__(self, inputs: PageInputs, library: CompiledLibrary | None, notices: list[Notice]) -> None:
+    def __init__(self, inputs: PageInputs, library: Library | None, notices: list[Notice]) -> None:
         self.inputs = inputs
         self.request = inputs.request
         self.library = library
@@ -361,8 +364,8 @@ class _SectionBuilder:
         return int(rows[0]) if len(rows) else None
 
     def _more_like(self, index: ModelIndex, row: int, position: int) -> Section:
-        library, local = index.locate(row)
-        title = _title(library.record(local)["info"])
+        segment, local = index.locate(row)
+        title = _title(segment.record(local)["info"])
         vector = np.asarray(index.gather(np.array([row]))[0], dtype=np.float32)
         return self._ranked(index, vector, f"More like “{title[:120]}”", position)
 
@@ -370,9 +373,14 @@ class _SectionBuilder:
                 mode: Mode = "vector") -> Section:
         budget = self.request.budget
         text = self.request.query if mode != "vector" else None
-        query = Query(vector, budget.count, budget.count_type, libraries=self.only, text=text, mode=mode)
+        threshold = self.request.score_threshold if self.request.query else None  # a text search's
+        query = Query(vector, budget.count, budget.count_type, libraries=self.only, text=text, mode=mode,
+                      score_threshold=threshold)
         selection = run_query(index, query, self.inputs.grant, self.inputs.policy)
         self.notices.extend(Notice("info", _sentence(note)) for note in selection.notes)
+        if threshold is not None and not len(selection.rows) and selection.best_score is not None:
+            self.notices.append(Notice("info", f"Nothing in {index.model} scores {threshold:.2f} or more for this "
+                                               f"search: its best bit scores {selection.best_score:.2f}."))
         rows = selection.rows
         if len(rows) > MAX_BITS:
             self.notices.append(Notice("info", f"The page shows the first {MAX_BITS} of the {len(rows):,} bits "
@@ -392,7 +400,7 @@ class _SectionBuilder:
         those holding a keyword in one by keywords (asked for one bit more to know)."""
         if shown >= self._visible_count(index):
             return False
-        if query.mode != "keyword":
+        if query.mode != "keyword" and query.score_threshold is None:
             return True
         one_more = replace(query, count=shown + 1, count_type="bit")
         return len(run_query(index, one_more, self.inputs.grant, self.inputs.policy).rows) > shown
@@ -421,12 +429,12 @@ class _SectionBuilder:
                    section: int, ranks: list[float | None] | None = None) -> tuple[BitView, ...]:
         views = []
         for place, (row, similarity, rank) in enumerate(zip(rows.tolist(), similarities, ranks or [None] * len(rows))):
-            library, local = index.locate(row)
+            segment, local = index.locate(row)
             cut = cut_to if place == 0 else None
-            bit = result_bit(library, local, similarity=similarity, score=rank, cut_to_tokens=cut)
-            tag = index.tags[int(index.tag_ids[row])] or None
-            views.append(self._bit_view(bit, library.name, tag, int(library.token_counts[local]) if cut else None,
-                                        _anchor(section, place)))
+            bit = result_bit(segment, local, similarity=similarity, score=rank, cut_to_tokens=cut)
+            tag = unscoped(index.tags[int(index.tag_ids[row])]) or None
+            views.append(self._bit_view(bit, index.library_of(row).name, tag,
+                                        int(segment.token_counts[local]) if cut else None, _anchor(section, place)))
         return tuple(views)
 
     def _bit_view(self, bit: dict[str, Any], library: str, tag: str | None, cut_from: int | None,
@@ -451,14 +459,14 @@ class _SectionBuilder:
         )
 
 
-def build_library_map(catalog: Catalog, library: CompiledLibrary, grant: Grant, request: PageRequest,
+def build_library_map(catalog: Catalog, library: Library, grant: Grant, request: PageRequest,
                       projections: ProjectionCache | None = None) -> LibraryMap:
     """The map of the bits of `library` that `grant` may see; its points link to "more like this"
     within the library, keeping `request`'s budget."""
     index = catalog.models[library.embedding_model]
-    position = next(place for place, item in enumerate(index.libraries) if item.name == library.name)
+    [position] = index.positions_of([library.name])
     visible = index.visible_rows(grant.access_tags)
-    tags = frozenset(tag for tag in grant.access_tags if tag in index.tags)
+    tags = library.visible_tags(grant.access_tags)
 
     def make() -> Projection:
         return project_library(index, position, visible)

@@ -109,20 +109,20 @@ def to_view_box(coordinates: np.ndarray) -> np.ndarray:
 def project_library(index: ModelIndex, position: int, visible: np.ndarray | None) -> Projection:
     """The projection of the visible bits of `index.libraries[position]` (`visible`: the
     caller's bool mask over the index, None for every row)."""
-    start, stop = int(index.offsets[position]), int(index.offsets[position + 1])
-    rows = np.arange(start, stop) if visible is None else start + np.flatnonzero(visible[start:stop])
+    rows = np.sort(index.library_rows([position]))
+    rows = rows if visible is None else rows[visible[rows]]
     total = len(rows)
     if total > MAX_POINTS:
         rows = np.sort(rows[np.random.default_rng(SAMPLE_SEED).choice(total, MAX_POINTS, replace=False)])
     coordinates, variance = principal_plane(index.gather(rows), np.random.default_rng(SAMPLE_SEED))
-    library = index.libraries[position]
-    records = [library.record(row - start) for row in rows.tolist()]
+    located = [index.locate(row) for row in rows.tolist()]
+    records = [segment.record(local) for segment, local in located]
     return Projection(
         rows=rows,
         xy=to_view_box(coordinates) if total else np.zeros((0, 2)),
         total=total,
         variance=variance,
-        ids=tuple(library.bit_id(row - start) for row in rows.tolist()),
+        ids=tuple(segment.bit_id(local) for segment, local in located),
         titles=tuple(str(record["info"].get("title") or record["info"]["url"]) for record in records),
         private=tuple(bool(tag) for tag in (index.tag_ids[rows] != 0).tolist()),
     )

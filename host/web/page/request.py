@@ -9,6 +9,7 @@ publisher_prefix.py), so a visitor following links stays under the prefix.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -64,6 +65,7 @@ class PageRequest:
     budget: Budget = DEFAULT_BUDGET
     seed: int | None = None  # the random sample's seed: the same seed, the same sample
     mode: Mode = DEFAULT_MODE  # how a text query is ranked ("more like this" is by meaning, always)
+    score_threshold: float | None = None  # a text search shows only bits scoring at least this (0-1)
     root: str = "/"  # the page's own path: "/", or "/p/{name}/" (percent-encoded)
     notices: tuple[Notice, ...] = field(default=(), compare=False)
 
@@ -83,7 +85,7 @@ def parse_page_request(params: Mapping[str, str], root: str = "/") -> PageReques
     library = params.get("library", "").strip() or None
     return PageRequest(query=query, like=None if query else like, library=library,
                        budget=_budget(params, notices), seed=_seed(params, notices), mode=_mode(params, notices),
-                       root=root, notices=tuple(notices))
+                       score_threshold=_score_threshold(params, notices), root=root, notices=tuple(notices))
 
 
 def _mode(params: Mapping[str, str], notices: list[Notice]) -> Mode:
@@ -95,6 +97,21 @@ def _mode(params: Mapping[str, str], notices: list[Notice]) -> Mode:
         notices.append(Notice("warning", f"A search is ranked by {', '.join(MODES)}, not “{_shown(given)}”; "
                                          f"it is ranked by {MODE_WORDS[DEFAULT_MODE]} ({DEFAULT_MODE})."))
     return DEFAULT_MODE
+
+
+def _score_threshold(params: Mapping[str, str], notices: list[Notice]) -> float | None:
+    given = params.get("score_threshold", "").strip()
+    if not given:
+        return None
+    try:
+        value = float(given)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 1:  # NaN too
+        notices.append(Notice("warning", f"A score threshold is a number from 0 to 1, not “{_shown(given)}”; "
+                                         "the search shows its best bits whatever they score."))
+        return None
+    return value
 
 
 def _budget(params: Mapping[str, str], notices: list[Notice]) -> Budget:
@@ -160,4 +177,6 @@ def page_href(request: PageRequest | None = None, **changes: object) -> str:
         params.append(("seed", str(wanted.seed)))
     if wanted.mode != DEFAULT_MODE:
         params.append(("mode", wanted.mode))
+    if wanted.score_threshold is not None:
+        params.append(("score_threshold", repr(wanted.score_threshold)))
     return f"{wanted.root}?{urlencode(params)}" if params else wanted.root

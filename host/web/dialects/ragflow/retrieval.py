@@ -16,9 +16,10 @@ datasets' model and `host.search.query.run_query` ranks the visible bits of the 
 hybrid mode with `keyword_weight = 1 - w`, keeping the best `top_k` bits whose fused score reaches
 the threshold (no threshold when w is 0, as RAGFlow). A chunk's scores, as RAGFlow names them:
 
-    similarity         the fused rank score (POST /'s `score`), 0-1
+    similarity         the fused rank score (POST /'s `score`), 0-1, the same in every question: a
+                       `similarity_threshold` above the best chunk's keeps none
     vector_similarity  the cosine similarity POST / reports
-    term_similarity    the keyword (BM25) side of the fusion, normalized 0-1 over the candidates
+    term_similarity    the keyword side of the fusion, min(1, BM25 / the question's norm), 0-1
 
 (a question of stop words alone is ranked by meaning: its similarity is then the cosine and its
 term_similarity 0). `total` and `doc_aggs` count the kept list; `page` and `page_size` cut the
@@ -42,6 +43,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from host.catalog.libraries import Library
 from host.catalog.selection import BadName
 from host.constraints import And, Compare, ConstraintError, Everything, Node, Or, parse_metadata_condition
 from host.constraints.words import fold, words
@@ -49,7 +51,6 @@ from host.embedders.errors import EmbedderError
 from host.library.json_text import parse_json
 from host.search.engine import Selection
 from host.search.query import Query, run_query
-from host.store.compiled import CompiledLibrary
 from host.web.caller import request_caller
 from host.web.dialects.ragflow.envelope import ARGUMENT_ERROR, DATA_ERROR, RAGFlowError, ragflow_endpoint, success
 from host.web.dialects.ragflow.highlight import highlight
@@ -130,7 +131,7 @@ def request_body(raw: bytes) -> dict[str, Any]:
 
 
 def chosen_datasets(body: Mapping[str, Any], visible: Sequence[Dataset],
-                    select: Callable[[list[str], str], list[CompiledLibrary]]) -> list[Dataset]:
+                    select: Callable[[list[str], str], list[Library]]) -> list[Dataset]:
     """The datasets named, in RAGFlow's order of checks and words: each a dataset's id, or a library's
     or a folder's name (`select`, host/web/library_selection.py `choose`). One the caller may not see
     is refused exactly as one that does not exist."""
@@ -263,21 +264,21 @@ def render(selection: Selection, chosen: list[Dataset], question: str, options: 
     fused = vector_similarity if selection.ranks is None else selection.ranks  # no keyword: by meaning alone
     term = np.zeros(len(selection.rows)) if selection.keyword_scores is None else selection.keyword_scores
     by_library = {dataset.library.name: dataset for dataset in chosen}
-    owners = np.searchsorted(index.offsets, selection.rows, side="right") - 1
-    locals_ = selection.rows - index.offsets[owners]
-    datasets = [by_library[index.libraries[owner].name] for owner in owners.tolist()]
+    segments = np.searchsorted(index.offsets, selection.rows, side="right") - 1
+    locals_ = selection.rows - index.offsets[segments]
+    datasets = [by_library[index.library_of(row).name] for row in selection.rows.tolist()]
     values = [dataset.value_of_row(row) for dataset, row in zip(datasets, locals_.tolist())]
     question_words = frozenset(words(question))
     start = (options.page - 1) * options.page_size
     chunks = []
     for position in range(start, min(start + options.page_size, len(selection.rows))):
         dataset, row = datasets[position], int(locals_[position])
-        record = dataset.library.record(row)
+        record = dataset.segment.record(row)
         raw_info = record.get("info")
         info: dict[str, Any] = raw_info if isinstance(raw_info, dict) else {}
         url = str(info.get("url", ""))
         chunk: dict[str, Any] = {
-            "id": dataset.library.bit_id(row), "content": record.get("text", ""),
+            "id": dataset.segment.bit_id(row), "content": record.get("text", ""),
             "document_id": dataset.document_id(values[position]), "document_keyword": url, "document_name": url,
             "dataset_id": dataset.id, "image_id": "", "important_keywords": [], "questions": [], "tag_kwd": [],
             "positions": [], "doc_type_kwd": "",

@@ -28,9 +28,10 @@ from typing import Any
 import numpy as np
 
 from host.catalog.generations import Catalog
+from host.catalog.libraries import Library
 from host.catalog.model_index import ModelIndex
 from host.constraints.value_index import ValueIndex
-from host.store.compiled import CompiledLibrary, text_index_of
+from host.store.compiled import Segment, text_index_of
 from host.web.library_selection import Reach
 
 INFO_KEYS = ("url", "title", "description", "image_url")
@@ -62,24 +63,32 @@ class Documents:
 
 @dataclass(frozen=True)
 class Dataset:
-    """One library as one caller sees it."""
+    """One library as one caller sees it. Its rows are its segment's (`library.rows()`): "local"
+    rows here are rows of that segment, whose text index holds each row's URL."""
 
-    library: CompiledLibrary
+    library: Library
     index: ModelIndex  # the model index holding it
-    start: int  # its first row in `index`
-    visible: np.ndarray  # bool per local row: what this caller may see
+    start: int  # where its segment's rows start in `index`
+    granted: frozenset[str]
 
     @property
     def id(self) -> str:
         return dataset_id(self.library.name)
 
     @property
+    def segment(self) -> Segment:
+        return self.library.segment
+
+    @property
     def urls(self) -> ValueIndex:
-        return text_index_of(self.library).values["url"]
+        return text_index_of(self.segment).values["url"]
 
     @cached_property
     def visible_rows(self) -> np.ndarray:
-        return np.flatnonzero(self.visible)
+        """Its rows this caller may see (local, in its file's order)."""
+        rows = self.library.rows()
+        mask = self.index.visible_rows(self.granted)
+        return rows if mask is None else rows[mask[rows + self.start]]
 
     @property
     def chunk_count(self) -> int:
@@ -87,17 +96,19 @@ class Dataset:
 
     @property
     def token_count(self) -> int:
-        return int(self.library.token_counts[self.visible_rows].sum())
+        return int(self.segment.token_counts[self.visible_rows].sum())
 
     @cached_property
     def documents(self) -> Documents:
         rows = self.visible_rows
         values_of_rows = self.urls.value_ids[rows]
-        values, first = np.unique(values_of_rows, return_index=True)
-        counts = np.bincount(values_of_rows, minlength=len(self.urls.values))
-        tokens = np.bincount(values_of_rows, weights=self.library.token_counts[rows].astype(np.float64),
-                             minlength=len(self.urls.values))
-        return Documents(values, rows[first], counts[values], tokens[values].astype(np.int64))
+        order = np.argsort(values_of_rows, kind="stable")  # each document's rows together, in file order
+        ordered = values_of_rows[order]
+        starts = np.flatnonzero(np.diff(ordered, prepend=-1)) if len(ordered) else np.zeros(0, np.int64)
+        tokens = np.add.reduceat(self.segment.token_counts[rows][order].astype(np.int64), starts) if len(starts) \
+            else np.zeros(0, np.int64)
+        counts = np.diff(np.append(starts, len(ordered)))
+        return Documents(ordered[starts], rows[order[starts]], counts, tokens)
 
     def folded_url(self, value: int) -> str:
         return self.urls.values[value].decode("utf-8", "surrogatepass")
@@ -113,21 +124,21 @@ class Dataset:
         return {self.document_id(int(value)): int(value) for value in self.documents.values}
 
     def info(self, local_row: int) -> dict[str, Any]:
-        info = self.library.record(local_row).get("info")
+        info = self.segment.record(local_row).get("info")
         return {key: info[key] for key in INFO_KEYS if isinstance(info, dict) and isinstance(info.get(key), str)}
 
 
 def visible_datasets(catalog: Catalog, access_tags: frozenset[str], reach: Reach | None = None) -> list[Dataset]:
     """The libraries this caller may see a bit of (within `reach`: a `/p/{name}/` prefix's), in the
-    catalog's (path) order."""
-    found: dict[str, Dataset] = {}
-    for index in catalog.models.values():
-        mask = index.visible_rows(access_tags)
-        for position, library in enumerate(index.libraries):
-            if reach is not None and not reach.holds(library.name):
-                continue
-            start, stop = int(index.offsets[position]), int(index.offsets[position + 1])
-            visible = np.ones(stop - start, dtype=bool) if mask is None else mask[start:stop]
-            if visible.any():
-                found[library.name] = Dataset(library, index, start, visible)
-    return [found[library.name] for library in catalog.libraries if library.name in found]
+    catalog's (name) order. A dataset's rows are looked at only when its chunks or documents are asked
+    for: listing ten thousand costs no pass over bits."""
+    found = []
+    for library in catalog.libraries:
+        index = catalog.models.get(library.embedding_model)
+        if index is None or not library.visible_bit_count(access_tags) or (reach is not None and not reach.holds(library.name)):
+            continue
+        [position] = [number for number, segment in enumerate(index.segments) if segment is library.segment]
+        dataset = Dataset(library, index, int(index.offsets[position]), access_tags)
+        if not index.has_duplicates or dataset.chunk_count:  # a library whose every bit another serves first: none
+            found.append(dataset)
+    return found
