@@ -394,6 +394,8 @@ async def test_the_whole_hosts_page_lists_publishers_with_what_the_caller_may_se
     assert anonymous["listed_of"] == 7
     member_blog = next(entry for entry in member["publishers"] if entry["name"] == "blog")
     assert (member_blog["library_count"], member_blog["bit_count"], member_blog["private_bit_count"]) == (4, 8, 2)
+    again = (await client.get("/", headers={"Accept": "application/json"})).json()  # lists are kept by grant
+    assert again["publishers"] == anonymous["publishers"] and again["libraries"] == anonymous["libraries"]
 
 
 async def test_a_publishers_page_shows_and_samples_its_libraries_only(client: httpx.AsyncClient) -> None:

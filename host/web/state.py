@@ -18,11 +18,13 @@ from host.service.sources import Sources
 from host.store.residency import Residency
 from host.web.access_rules import AccessRules
 from host.web.metrics import Metrics
+from host.web.page.kept import Kept
 from host.web.page.maps import ProjectionCache
 from host.web.page.sign_in import SignIn
 
 log = logging.getLogger("polymath_host")
 ETAGS_KEPT = 4096
+LISTINGS_KEPT = 64
 LARGEST_SHARE = 8  # one entry may take at most this fraction of a cache: it never empties it alone
 # What an entry costs beyond its body and its key's bytes and text: the tuples, the objects' headers
 # and the LRU's bookkeeping (measured with tracemalloc: ~760 bytes for an answer's entry).
@@ -46,6 +48,8 @@ class HostState:
         self.published = ByteBoundedCache(settings.answer_cache_bytes // 2)
         self.etags: LRUCache[tuple[Any, ...], str] = LRUCache(maxsize=ETAGS_KEPT)
         self.projections = ProjectionCache()  # libraries' maps (the page)
+        # What the page lists (host/web/page/data.py `_listing`), by generation, grant and publisher.
+        self.listings: Kept[Any] = Kept(LISTINGS_KEPT)
         self.sign_in: SignIn | None = None  # the page's sign-in at an identity provider (serve --sign-in)
         self.public_generation = 0
         self.origins: Sources | None = None  # where the libraries come from: a replica's sync shows in /readyz, /metrics

@@ -17,6 +17,8 @@ The whole host's page lists its publishers (host/catalog/selection.py: first fol
 libraries and bits the caller may see, linking to its own page at `/p/{name}/`), a library outside
 any folder as itself; a publisher's page (`PageInputs.scope`) lists its libraries and searches and
 samples only them. Either lists at most MAX_LISTED entries: `/libraries` pages through every one.
+What a page lists is kept (`PageInputs.listings`) per generation, grant and publisher: counting the
+bits 10,000 libraries show a caller takes ~30 ms.
 
 A text search is ranked in the request's mode, as `POST /` ranks one (hybrid unless asked
 otherwise); a model no embedder serves is searched by keywords alone in hybrid mode (with a
@@ -41,6 +43,7 @@ from host.library.visibility import unscoped
 from host.results.bits import result_bit
 from host.search.query import Mode, Query, SearchPolicy, as_mask, narrowing_mask, run_query
 from host.web.middleware.publisher_prefix import library_href, root_href
+from host.web.page.kept import Kept
 from host.web.page.maps import LibraryMap, Projection, ProjectionCache, library_map, project_library
 from host.web.page.request import MAX_BITS, Budget, Notice, PageRequest, page_href
 from host.web.page.sampling import sample_rows
@@ -108,6 +111,9 @@ class PublisherView:
     private_bit_count: int  # of those, the ones their token shows
 
 
+Listing = tuple[tuple[LibraryView, ...], tuple[PublisherView, ...], int]  # libraries, folders, how many in all
+
+
 @dataclass(frozen=True)
 class CallerView:
     subject: str
@@ -154,6 +160,7 @@ class PageInputs:
     projections: ProjectionCache | None = None
     publisher: str | None = None  # a publisher's page: its name (/p/<name>/)...
     scope: frozenset[str] | None = None  # ...and its libraries this caller may see (None: the whole host)
+    listings: Kept[Listing] | None = None  # what pages list, kept (_listing)
 
 
 def visible_models(catalog: Catalog, grant: Grant) -> list[ModelIndex]:
@@ -251,9 +258,17 @@ def build_page(inputs: PageInputs) -> PageData:
     )
 
 
-def _listing(inputs: PageInputs) -> tuple[tuple[LibraryView, ...], tuple[PublisherView, ...], int]:
+def _listing(inputs: PageInputs) -> Listing:
     """What the page lists, at most MAX_LISTED, and how many there are: a publisher's libraries, or the
-    whole host's publishers (a library outside any folder as itself)."""
+    whole host's publishers (a library outside any folder as itself). Kept by everything it depends on."""
+    if inputs.listings is None:
+        return _list(inputs)
+    key = (inputs.catalog.generation, inputs.grant.access_tags, inputs.publisher, inputs.request.root,
+           inputs.searchable)
+    return inputs.listings.get_or_make(key, lambda: _list(inputs))
+
+
+def _list(inputs: PageInputs) -> Listing:
     catalog, grant, root = inputs.catalog, inputs.grant, inputs.request.root
     if inputs.scope is not None:
         names = sorted(inputs.scope)

@@ -101,6 +101,7 @@ async def home_page(request: Request) -> Response:
         projections=state.projections,
         publisher=publisher,
         scope=scope,
+        listings=state.listings,
     )
 
     sign_in = state.sign_in.page() if state.sign_in is not None and not as_json else None

@@ -14,14 +14,13 @@ loading is positive.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from cachetools import LRUCache
 
 from host.catalog.model_index import ModelIndex
+from host.web.page.kept import Kept
 
 MAX_POINTS = 1500
 SAMPLE_SEED = 20240611
@@ -139,18 +138,8 @@ def library_map(projection: Projection, library: str, href: str, like_href: Call
                       point_radius(len(points)))
 
 
-class ProjectionCache:
+class ProjectionCache(Kept[Projection]):
     """Projections by (generation, library, visible tags), shared by the threads that build pages."""
 
     def __init__(self, size: int = MAPS_KEPT) -> None:
-        self._entries: LRUCache[tuple[object, ...], Projection] = LRUCache(maxsize=size)
-        self._lock = threading.Lock()
-
-    def get_or_make(self, key: tuple[object, ...], make: Callable[[], Projection]) -> Projection:
-        with self._lock:
-            found = self._entries.get(key)
-        if found is None:
-            found = make()  # outside the lock: two threads may both compute it, which is only work
-            with self._lock:
-                self._entries[key] = found
-        return found
+        super().__init__(size)
