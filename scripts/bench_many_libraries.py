@@ -174,8 +174,16 @@ def worker_resources(host: RunningHost) -> dict[str, int]:
     return max(found, key=lambda entry: entry["USS"])
 
 
+def settle(below: float = 1.0, longest: float = 120) -> None:
+    """Wait (up to `longest` seconds) for the load the last side left to fall below `below`."""
+    waited = time.monotonic()
+    while os.getloadavg()[0] >= below and time.monotonic() - waited < longest:
+        time.sleep(5)
+
+
 def round_of(side: Side, asked: dict[str, list[dict[str, Any]]]) -> None:
     shutil.rmtree(side.folder / ".compiled", ignore_errors=True)
+    settle()
     side.loads.append(os.getloadavg()[0])
     say(f"{side.name}: cold start (load {side.loads[-1]:.2f})")
     host, seconds = started(side.folder)

@@ -93,8 +93,10 @@ def survey(root: Path) -> tuple[list[LibraryFile], list[str]]:
             elif ".SECRET." not in entry.name:
                 names.append(relative)
     names.sort()
-    files = [LibraryFile(root / name, name.removesuffix(".json"), access_tag_for(PurePosixPath(name)),
-                         scope_of(name.removesuffix(".json"), scopes)) for name in names]
+    text = str(root)
+    files = [LibraryFile(Path(f"{text}/{name}"), name.removesuffix(".json"),
+                         access_tag_for(PurePosixPath(name)) if "access/" in name else None,
+                         scope_of(name.removesuffix(".json"), scopes) if scopes else "") for name in names]
     return files, sorted(scopes)
 
 

@@ -299,25 +299,31 @@ def _tie_keys(segments: tuple[Segment, ...], libraries: tuple[Library, ...], own
 def _shared_rows(segments: tuple[Segment, ...], owners: np.ndarray, unserved: bool, may_share: bool) -> np.ndarray | None:
     """The served rows whose id another served row may share (the same 8-byte head); None when no
     two do. Ids are SHA-256 digests: distinct heads prove distinct ids, so only heads are compared,
-    and where no row is unserved, the segments' sorted heads are merged, not sorted again (10M in ~0.2 s)."""
+    and the segments' sorted heads are merged, not sorted again (10M in ~0.2 s). A replaced file's
+    rows share most heads with its new version's: those pairs are dropped where one side is not served."""
     if not may_share or not len(owners):
         return None
-    if not unserved:
-        heads = np.concatenate([segment.id_heads if segment.id_heads is not None
-                                else np.sort(np.ascontiguousarray(segment.ids).view("<u8")[::4]) for segment in segments])
-        heads.sort(kind="stable")  # sorted runs, one per segment: merged, not sorted again
-        if not np.any(heads[1:] == heads[:-1]):
-            return None
-    every = _joined([np.ascontiguousarray(segment.ids).view("<u8")[::4] for segment in segments])
-    served = np.flatnonzero(owners >= 0)
-    heads = every[served]
-    order = np.argsort(heads, kind="stable")
-    ordered = heads[order]
-    repeated = np.flatnonzero(ordered[1:] == ordered[:-1])
+    heads = np.concatenate([segment.id_heads if segment.id_heads is not None
+                            else np.sort(np.ascontiguousarray(segment.ids).view("<u8")[::4]) for segment in segments])
+    heads.sort(kind="stable")  # sorted runs, one per segment: merged, not sorted again
+    repeated = np.unique(heads[1:][heads[1:] == heads[:-1]])
     if not len(repeated):
         return None
-    shared: np.ndarray = served[np.unique(np.concatenate([order[repeated], order[repeated + 1]]))]
-    return shared
+    every = _joined([np.ascontiguousarray(segment.ids).view("<u8")[::4] for segment in segments])
+    among = _among(every, repeated)
+    candidates = np.flatnonzero(among & (owners >= 0) if unserved else among)
+    values, counts = np.unique(every[candidates], return_counts=True)
+    shared: np.ndarray = candidates[_among(every[candidates], values[counts > 1])]
+    return shared if len(shared) else None
+
+
+def _among(values: np.ndarray, few: np.ndarray) -> np.ndarray:
+    """Which of `values` are in `few` (sorted, and few): a binary search each, not a sort of them all."""
+    if not len(few):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(few, values), len(few) - 1)
+    found: np.ndarray = few[at] == values
+    return found
 
 
 def visible_counts(clusters: ClusterTable, mask: np.ndarray | None) -> np.ndarray:

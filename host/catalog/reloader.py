@@ -138,8 +138,9 @@ class LibraryWatcher:
         # What the running catalog was loaded from, not what is there now: a file published while
         # the catalog was loading (a first compile can take minutes) must still count as a change.
         self._watch = FolderWatch(root, self.cache)
+        plan = str(self.cache / PLAN_FILE)
         self._seen: Snapshot = {path: stat for path, stat in self._watch.snapshot().items()
-                                if path.endswith(PUBLISHER_ACCESS_FILE) or path == str(self.cache / PLAN_FILE)}
+                                if path.endswith(PUBLISHER_ACCESS_FILE) or path == plan}
         self._seen.update((str(library.source), (library.source_key.size, library.source_key.mtime_ns))
                           for library in host.catalog.libraries)
         self._merging: threading.Thread | None = None
