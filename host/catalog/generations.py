@@ -117,13 +117,31 @@ class Catalog:
 
     generation: int
     libraries: tuple[Library, ...]  # by name
-    models: dict[str, ModelIndex]
     problems: tuple[str, ...] = ()
     public_problems: int = 0  # problems with files outside `access/` folders (the rest are private)
     segments: tuple[Segment, ...] = ()  # every segment a library is served from
     new_problems: tuple[str, ...] = ()  # those of `problems` found by this load (the rest were said before)
     root: Path | None = None  # the folder it was loaded from
     scopes: tuple[str, ...] = ()  # its publisher folders, those holding an access file (host/catalog/scopes.py)
+
+    @cached_property
+    def models(self) -> dict[str, ModelIndex]:
+        """Each embedding model's libraries as one `ModelIndex`. Built when first asked: a serving
+        worker asks before it serves (host/web/state.py), `serve`'s first process never needs it."""
+        groups: dict[str, list[Library]] = {}
+        for library in self.libraries:
+            groups.setdefault(library.embedding_model, []).append(library)
+        return {model: ModelIndex.build(tuple(members)) for model, members in groups.items()
+                if any(member.bit_count for member in members)}
+
+    def dimension_of(self, model: str) -> int | None:
+        """The dimension of a model's libraries (None: no library of it has a bit)."""
+        return next((library.dimension for library in self.libraries
+                     if library.embedding_model == model and library.bit_count), None)
+
+    @property
+    def model_names(self) -> list[str]:
+        return sorted({library.embedding_model for library in self.libraries if library.bit_count})
 
     def public_libraries(self) -> list[Library]:
         return [library for library in self.libraries if library.visible_bit_count(frozenset())]
@@ -198,6 +216,30 @@ def load_catalog(
     public_problems = sum(1 for name in refused if name in public)
     return replace(build_catalog(entries, placed, segments, previous, problems, public_problems), root=root,
                    scopes=tuple(scopes), new_problems=tuple(new_problems))
+
+
+def catalog_as_planned(root: Path, *, cache_dir: Path | None = None, max_bytes: int = DEFAULT_MAX_SOURCE_BYTES,
+                       digests: Mapping[Path, str] | None = None) -> Catalog:
+    """The generation the plan names, opened without looking at a library file: what a worker serves
+    at once when `serve`'s first process has just brought the plan up to date (its watcher's first
+    poll notices whatever changed since). Without a plan whose segments all open: `load_catalog`."""
+    cache = cache_dir or default_cache_dir(root)
+    with plan_lock(cache):
+        plan, refused = read_plan(cache), read_refused(cache)
+        segments = _open_planned(cache, plan, {})
+    if not plan or any(where.segment not in segments for where in plan.values()):
+        return load_catalog(root, cache_dir=cache_dir, max_bytes=max_bytes, digests=digests)
+    alone = root.is_file()
+    entries = []
+    for name, where in plan.items():
+        member = segments[where.segment].members[where.member]
+        entries.append(LibraryFile(root if alone else Path(f"{root}/{name}.json"), name, member.access_tag, member.scope))
+    problems = [refusal.problem + ("; still serving its previous version" if name in plan else "")
+                for name, refusal in sorted(refused.items())]
+    public_problems = sum(1 for name in refused if access_tag_for(PurePosixPath(name)) is None)
+    scopes = sorted({entry.scope for entry in entries if entry.scope})
+    return replace(build_catalog(entries, plan, segments, None, problems, public_problems), root=root,
+                   scopes=tuple(scopes))
 
 
 def _open_planned(cache: Path, plan: Plan, opened: dict[str, Segment]) -> dict[str, Segment]:
@@ -321,12 +363,12 @@ def build_catalog(entries: Iterable[LibraryFile], placed: Plan, segments: Mappin
                       for name, where in sorted(placed.items()) if name in paths)
     reused = {library.name: library for library in previous.libraries} if previous else {}
     libraries = tuple(_same_or(reused.get(library.name), library) for library in libraries)
-    models, kept, conflicts = group_by_model(libraries)
+    kept, conflicts = one_dimension_a_model(libraries)
     served = {id(library) for library in kept}
     public_problems += sum(1 for library in libraries if id(library) not in served and library.visible_bit_count(frozenset()))
     used = tuple(dict.fromkeys(library.segment for library in kept))
     generation = previous.generation + 1 if previous else 1
-    return Catalog(generation, kept, models, tuple(problems + conflicts), public_problems, used)
+    return Catalog(generation, kept, tuple(problems + conflicts), public_problems, used)
 
 
 def _same_or(earlier: Library | None, library: Library) -> Library:
@@ -337,14 +379,12 @@ def _same_or(earlier: Library | None, library: Library) -> Library:
     return library
 
 
-def group_by_model(libraries: tuple[Library, ...]) -> tuple[dict[str, ModelIndex], tuple[Library, ...], list[str]]:
-    """Index libraries by model. A library whose dimension differs from its model's first is refused."""
-    groups: dict[str, list[Library]] = {}
+def one_dimension_a_model(libraries: tuple[Library, ...]) -> tuple[tuple[Library, ...], list[str]]:
+    """The libraries to serve: a library whose dimension differs from its model's first is refused."""
     firsts: dict[str, Library] = {}  # each model's first library with bits: its dimension is the model's
     kept: list[Library] = []
     problems: list[str] = []
     for library in libraries:
-        members = groups.setdefault(library.embedding_model, [])
         first = firsts.setdefault(library.embedding_model, library) if library.bit_count else None
         if first is not None and library.dimension != first.dimension:
             problems.append(
@@ -353,7 +393,4 @@ def group_by_model(libraries: tuple[Library, ...]) -> tuple[dict[str, ModelIndex
             )
             continue
         kept.append(library)
-        members.append(library)
-    models = {model: ModelIndex.build(tuple(members)) for model, members in groups.items()
-              if any(member.bit_count for member in members)}
-    return models, tuple(kept), problems
+    return tuple(kept), problems

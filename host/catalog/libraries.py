@@ -17,7 +17,7 @@ import numpy as np
 
 from host.library.visibility import may_see
 from host.store.compiled import Segment
-from host.store.members import Member, SourceKey
+from host.store.members import Member, SourceKey, details_of
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,9 +42,9 @@ class Library:
     def dimension(self) -> int:
         return self.segment.dimension
 
-    @property
+    @cached_property
     def details(self) -> dict[str, Any]:
-        return self.compiled.details or {}
+        return details_of(self.compiled)
 
     @property
     def scope(self) -> str:
@@ -70,7 +70,13 @@ class Library:
 
     def visible_bit_count(self, granted: frozenset[str]) -> int:
         """Without a pass over the rows: its cost never tells a private library from an unknown one."""
+        if not granted:
+            return self.public_bit_count
         return sum(rows for tag, rows in (self.compiled.tag_rows or {}).items() if may_see(tag, granted))
+
+    @cached_property
+    def public_bit_count(self) -> int:
+        return (self.compiled.tag_rows or {}).get("", 0)
 
     def rows(self) -> np.ndarray:
         """Its stored rows in `segment`, in the order of its file."""

@@ -35,6 +35,7 @@ from host.library.bit_checks import BLOCK, BitBlock
 from host.library.format import LibraryHeader
 from host.service.allocator import garbage_collector_paused
 from host.store.compiled import Segment, decode_record
+from host.store.members import details_of
 from host.store.writer import StoreWriter
 
 TIER_FACTOR = 4  # segments of one tier merged together once this many gather
@@ -151,6 +152,6 @@ def copy_member(segment: Segment, member: int, writer: StoreWriter) -> None:
         writer.add(BitBlock(np.ascontiguousarray(segment.embeddings[block]), segment.token_counts[block].tolist(),
                             [bytes(bit_id).ljust(32, b"\0") for bit_id in segment.ids[block]],
                             [record["text"] for record in records], [record["info"] for record in records], tags))
-    header = LibraryHeader(segment.embedding_model, compiled.details or {}, compiled.sort, segment.dimension,
+    header = LibraryHeader(segment.embedding_model, details_of(compiled), compiled.sort, segment.dimension,
                            compiled.bit_count, 0, segment.language)
     writer.end_member(header, compiled.name, compiled.source, scope=compiled.scope, access_tag=compiled.access_tag)

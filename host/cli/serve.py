@@ -104,7 +104,7 @@ def serve_command(args: argparse.Namespace) -> int:
     except ValueError as problem:
         say(f"error: {problem}")
         return 1
-    unembedded = sorted(set(catalog.models) - set(embedders.models))
+    unembedded = sorted(set(catalog.model_names) - set(embedders.models))
     if embedders.models:
         say(f"text queries for {', '.join(embedders.models)}")
     if unembedded:

@@ -44,7 +44,6 @@ half-written one; a folder whose files disagree with meta.json is refused, not t
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import logging
 import os
@@ -331,9 +330,7 @@ def open_segment(folder: Path) -> Segment:
         if bits and int(tag_ids.max()) >= len(meta.tags):
             raise StoreError(f"{folder}/tag_ids.npy: tag id out of range")
         members = tuple(meta.members)
-        if [(member.first, member.stop) for member in members] != list(
-                itertools.pairwise([0, *itertools.accumulate(member.bit_count for member in members)])) or (
-                sum(member.bit_count for member in members) != bits):
+        if not _tiled(members, bits):
             raise StoreError(f"{folder}/meta.json: its members do not tile the rows")
         names, load = open_packed(folder)
         if names != {*array_names(), *postings.array_names()}:
@@ -373,6 +370,16 @@ def open_segment(folder: Path) -> Segment:
         raise
     except (OSError, ValueError, KeyError, TypeError) as problem:
         raise StoreError(f"{folder}: unreadable compiled segment ({problem})") from None
+
+
+def _tiled(members: tuple[Member, ...], rows: int) -> bool:
+    """Whether the members' rows follow one another from the first row to the last, none empty-handed."""
+    reached = 0
+    for member in members:
+        if member.first != reached or member.stop < member.first:
+            return False
+        reached = member.stop
+    return reached == rows
 
 
 class SegmentMeta(msgspec.Struct):

@@ -47,7 +47,7 @@ class Member(msgspec.Struct, frozen=True):
     stop: int
     scope: str = ""  # "" is the host's own access file; otherwise a publisher folder's
     access_tag: str | None = None  # the tag its folder gives every bit, as compiled
-    details: dict[str, Any] | None = None
+    details: msgspec.Raw = msgspec.Raw(b"{}")  # the file's `details` as JSON: read only when asked (`details_of`)
     sort: str = "any"
     tag_rows: dict[str, int] | None = None  # rows of each tag (scoped names; "" is public)
     public_digest: str = ""
@@ -55,6 +55,15 @@ class Member(msgspec.Struct, frozen=True):
     @property
     def bit_count(self) -> int:
         return self.stop - self.first
+
+
+def details_of(member: Member) -> dict[str, Any]:
+    details: dict[str, Any] = msgspec.json.decode(member.details)
+    return details
+
+
+def as_details(details: dict[str, Any]) -> msgspec.Raw:
+    return msgspec.Raw(msgspec.json.encode(details))
 
 
 def tag_rows(names: Sequence[str], tags: Sequence[str | None]) -> dict[str, int]:

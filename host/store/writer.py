@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import io
 import itertools
-import json
 import os
 import threading
 from array import array
@@ -56,7 +55,7 @@ from host.service.allocator import release_free_memory
 from host.store import kernels
 from host.store.clusters import CLUSTER_FROM, Layout, plan_layout
 from host.store.codes import code_scale, encode
-from host.store.members import Member, SourceKey
+from host.store.members import Member, SourceKey, as_details, details_of
 from host.store.summary import RunningSummary, public_rows
 from host.store.text_process import TAGS as FILE_TAGS
 from host.store.text_process import TextIndexer
@@ -114,8 +113,8 @@ class StoreWriter:
                    access_tag: str | None = None) -> None:
         """The bits of the library file `name` end here; its header as reading it found it."""
         assert self._member is not None, "begin_member first"
-        self._members.append(Member(name, source, self._member_first, self.rows, scope, access_tag, header.details,
-                                    header.sort))
+        self._members.append(Member(name, source, self._member_first, self.rows, scope, access_tag,
+                                    as_details(header.details), header.sort))
         self._member = None
 
     def add(self, block: BitBlock) -> None:
@@ -250,9 +249,9 @@ class StoreWriter:
             "max_norm": summary.largest_norm,
             "clusters": 0 if layout is None else layout.clusters,
             "keywords": {"language": language},
-            "members": msgspec.to_builtins(members),
+            "members": members,
         }
-        write_synced(folder / "meta.json", lambda handle: handle.write(json.dumps(meta).encode()))
+        write_synced(folder / "meta.json", lambda handle: handle.write(msgspec.json.encode(meta)))
         return members
 
     def _finished_members(self, tag_ids: np.ndarray, tags: tuple[str, ...]) -> list[Member]:
@@ -261,7 +260,7 @@ class StoreWriter:
         for number, member in enumerate(self._members):
             counts = np.bincount(tag_ids[member.first : member.stop], minlength=len(tags))
             tag_rows = {tags[tag]: int(rows) for tag, rows in enumerate(counts.tolist()) if rows}
-            message = (member.details or {}).get("message")
+            message = details_of(member).get("message")
             finished.append(msgspec.structs.replace(member, tag_rows=tag_rows,
                                     public_digest=self._summary.public_digest(message, number)))
         return finished

@@ -23,7 +23,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 
 from access import AccessControl
-from host.catalog.generations import Catalog, load_catalog
+from host.catalog.generations import Catalog, catalog_as_planned, load_catalog
 from host.catalog.reloader import LibraryWatcher
 from host.embedders.errors import EmbedderError, NoEmbedder
 from host.embedders.service import Embedders, build_embedders
@@ -83,7 +83,7 @@ ROUTES = [
 
 
 def create_app(settings: Settings, catalog: Catalog | None = None, access: AccessControl | None = None,
-               embedders: Embedders | None = None, sources: Sources | None = None) -> Starlette:
+               embedders: Embedders | None = None, sources: Sources | None = None, *, as_planned: bool = False) -> Starlette:
     """The ASGI app. Loads libraries, the access file and the embedders unless given them already
     (ValueError for contradictory embedder settings or a malformed --cors-origin; StartRefused for
     sources that cannot be opened). A replica's mirror is read as it is: its watcher syncs it."""
@@ -91,8 +91,9 @@ def create_app(settings: Settings, catalog: Catalog | None = None, access: Acces
     sources = sources or open_sources(settings)
     settings = sources.settings
     if catalog is None:
-        catalog = load_catalog(sources.root, cache_dir=sources.compiled_dir, max_bytes=settings.max_library_bytes,
-                           digests=sources.digests())
+        load = catalog_as_planned if as_planned else load_catalog
+        catalog = load(sources.root, cache_dir=sources.compiled_dir, max_bytes=settings.max_library_bytes,
+                       digests=sources.digests())
     if sources.replica is not None:
         sources.replica.serving = sources.replica.current()  # what the catalog was just loaded from
     if embedders is None:
@@ -178,9 +179,8 @@ def embedders_for(settings: Settings, catalog: Catalog) -> Embedders:
     """The embedders `serve` was told to keep; an HTTP one learns its dimension from its model's libraries."""
     library_model = settings.embedder_library_model or (
         f"openai.com:{settings.embedder_model}" if settings.embedder_model else None)
-    index = catalog.models.get(library_model) if library_model else None
     return build_embedders(settings.embedder, settings.embedder_url, settings.embedder_model,
-                           settings.embedder_library_model, index.dimension if index else None,
+                           settings.embedder_library_model, catalog.dimension_of(library_model) if library_model else None,
                            timeout=settings.embedder_timeout, precision=settings.embedder_precision,
                            device=settings.embedder_device)
 
@@ -200,7 +200,7 @@ def app_from_environment() -> Starlette:
     settings = Settings.from_environment()
     limit_blas_threads(settings.blas_threads)
     configure_scans(settings.scan_threads, settings.max_batch)
-    app = create_app(settings)
+    app = create_app(settings, as_planned=True)  # serve's first process has just brought the plan up to date
     log.debug("%s", prepare_worker(settings))  # once its libraries are open: serve said the same for them all
     return app
 

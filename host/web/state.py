@@ -64,6 +64,7 @@ class HostState:
         self._describe(catalog)
 
     def _populate(self, catalog: Catalog) -> None:
+        catalog.models  # noqa: B018 (built here, before the generation serves: never on a request's path)
         populated = self.residency.admit(catalog.segments)
         if populated.segments or (populated.left and self.residency.budget):
             log.info("%s", populated.describe(self.residency.budget))
@@ -75,9 +76,8 @@ class HostState:
         if fingerprint != self._public_fingerprint:
             self._public_fingerprint = fingerprint
             self.public_generation += 1
-        self.metrics.gauge("polymath_public_libraries_loaded", len(catalog.public_libraries()))
-        self.metrics.gauge("polymath_public_bits_loaded",
-                           sum(library.visible_bit_count(frozenset()) for library in catalog.libraries))
+        self.metrics.gauge("polymath_public_libraries_loaded", len(fingerprint))
+        self.metrics.gauge("polymath_public_bits_loaded", sum(library.public_bit_count for library in catalog.libraries))
         self.metrics.gauge("polymath_public_generation", self.public_generation)
         self.metrics.gauge("polymath_library_problems", catalog.public_problems)
 
