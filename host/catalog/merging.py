@@ -123,9 +123,9 @@ def merge(cache: Path, group: list[str], segments: Mapping[str, Segment], plan: 
             writer.close()
         with plan_lock(cache):
             current = read_plan(cache)
-            switched = 0
+            switched, read_from = 0, dict(served)
             for number, member in enumerate(members):
-                before = dict(served)[member.name]
+                before = read_from[member.name]
                 if current.get(member.name) == before:  # not changed since the merge read it
                     current[member.name] = Placed(name, number, before.source)
                     switched += 1
