@@ -162,3 +162,34 @@ def test_a_broken_publisher_access_file_hides_that_folders_private_libraries(tmp
         assert "publisher access file not loaded" in host.log()
     finally:
         stop_host(host)
+
+
+def test_a_publishers_restricted_signals_count_what_their_folder_holds_back(tmp_path: Path) -> None:
+    libraries = tmp_path / "libraries"
+    write_library(libraries / "carol" / "posts.json", library_of(0, "carol public"))
+    write_library(libraries / "carol" / "access" / "members" / "notes.json", library_of(2, "carol members"))
+    write_library(libraries / "dave" / "access" / "members" / "notes.json", library_of(4, "dave members"))
+    carols = libraries / "carol" / "access.SECRET.json"
+    cli("access", "init", "--access", carols, "--issuer", "https://library.example/p/carol")
+    settings = json.loads(carols.read_text())
+    settings["restricted"] = {"count": True, "message": "Subscribe to read Carol's notes."}
+    carols.write_text(json.dumps(settings))
+    member = cli("token", "issue", "reader", "--tag", "members", "--access", carols)
+    operator = tmp_path / "access.SECRET.json"
+    cli("access", "init", "--access", operator)
+    host = start_host(libraries, "--access", str(operator))
+    try:
+        for path, fields in [("/p/carol/", {}), ("/", {"libraries": "carol"}), ("/", {"libraries": ["carol/posts"]})]:
+            answer = ask(host, None, path, **fields)
+            assert texts(answer) == {"carol public"}
+            details = answer.json()["details"]
+            held_back = 2 if "posts" not in str(fields) else 0  # carol's members' notes, never dave's
+            assert details["counts"]["restricted"] == held_back, (path, fields)
+            assert ("Subscribe to read" in details.get("message", "")) == bool(held_back)
+        opened = ask(host, member, "/p/carol/")
+        assert texts(opened) == {"carol public", "carol members"}
+        assert opened.json()["details"]["counts"]["restricted"] == 0
+        whole = ask(host, None).json()["details"]  # the host's own file keeps its signals off
+        assert "restricted" not in whole.get("counts", {}) and "message" not in whole
+    finally:
+        stop_host(host)

@@ -74,6 +74,11 @@ class AccessRules:
         rules = control if control is not None else self.host
         return rules.restricted_count, rules.restricted_message
 
+    def signals_on(self, scope: str | None) -> bool:
+        """Whether an answer confined to `scope` tells what it held back (either `restricted` signal)."""
+        count, message = self.restricted_for(scope)
+        return count or bool(message)
+
     # ---- the publishers' files, as the catalog finds them -----------------------------------------
 
     @property

@@ -90,6 +90,20 @@ def choose(catalog: Catalog, access_tags: frozenset[str], reach: Reach, names: I
     return list(chosen.values())
 
 
+def with_held_back(catalog: Catalog, reach: Reach, names: Iterable[str] | None) -> list[Library]:
+    """Every library with bits that the request's prefix and `names` (None: the prefix itself) select,
+    whether the caller may see a bit of it or not: what an answer counts as held back where the
+    publisher tells readers so. Asked only once `choose` has taken the names."""
+    within = None if reach.name is None else set(selected(catalog.names, reach.name))
+    found: dict[str, Library] = {}
+    for given in ([] if reach.name is None else [reach.name]) if names is None else names:
+        for name in selected(catalog.names, check_name(given)):
+            library = catalog.library(name)
+            if library is not None and library.bit_count and (within is None or name in within):
+                found[name] = library
+    return list(found.values())
+
+
 def in_reach(catalog: Catalog, reach: Reach) -> list[Library] | None:
     """The libraries of a prefix (those the caller may see), or None for the whole host."""
     if reach.names is None:

@@ -14,7 +14,7 @@ queries can share scans, host/search/batching.py).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Literal, overload
 
@@ -39,7 +39,15 @@ from host.search.query import Mode, Query, choose_model, run_query
 from host.web.caller import Caller, keys_ready, request_caller
 from host.web.context_block import TEXT_PLAIN, render_context_block
 from host.web.errors import bad_request
-from host.web.library_selection import NoSuchLibrary, choose, in_reach, one_model, reach_of, refusal
+from host.web.library_selection import (
+    NoSuchLibrary,
+    choose,
+    in_reach,
+    one_model,
+    reach_of,
+    refusal,
+    with_held_back,
+)
 from host.web.query_args import QueryArgs, parse_query_args, query_vector
 from host.web.request_body import read_fields
 from host.web.responses import (
@@ -79,8 +87,7 @@ async def query_endpoint(request: Request) -> Response:
         await keys_ready(state.access, args.access_token)
     caller = request_caller(request, args.access_token)
     catalog = state.catalog  # this request's generation, whatever reloads happen meanwhile
-    signals_on = state.access.restricted_count or bool(state.access.restricted_message)
-    index, libraries = model_and_libraries(request.scope, catalog, args, caller, reveal_all=signals_on)
+    index, libraries = model_and_libraries(request.scope, catalog, args, caller, state.access.signals_on)
     form = answer_format(request.headers.get("accept", ""))
     body = await answer(state, catalog, index, args, caller, form, libraries, stream_large=True)
     state.metrics.observe("polymath_query_seconds", time.perf_counter() - started)
@@ -91,11 +98,15 @@ async def query_endpoint(request: Request) -> Response:
     return StreamingResponse(body, 200, headers, media_type=media_type)
 
 
-def model_and_libraries(scope: Scope, catalog: Catalog, args: QueryArgs, caller: Caller, *,
-                        reveal_all: bool = False) -> tuple[ModelIndex, frozenset[str] | None]:
+def model_and_libraries(scope: Scope, catalog: Catalog, args: QueryArgs, caller: Caller,
+                        signals_on: Callable[[str | None], bool]) -> tuple[ModelIndex, frozenset[str] | None]:
     """The model index to answer from and the libraries to narrow to (None: every library): the
     request's `/p/{name}/` prefix and its `libraries`, resolved for this caller
-    (host/web/library_selection.py). With neither, the host's one model or the one named."""
+    (host/web/library_selection.py). With neither, the host's one model or the one named.
+
+    Where the publisher holding the selection tells readers what was held back (`signals_on` of its
+    folder: its access file's `restricted` signals), the answer is narrowed to every library the
+    names select, those without a bit the caller may see too, so that their bits are counted."""
     reach = reach_of(scope, catalog, caller.access_tags)
     try:
         chosen = in_reach(catalog, reach) if args.libraries is None else choose(
@@ -103,9 +114,14 @@ def model_and_libraries(scope: Scope, catalog: Catalog, args: QueryArgs, caller:
     except (BadName, NoSuchLibrary) as problem:
         raise refusal(problem) from None
     if chosen is None:
-        return choose_model(catalog, args.model, caller.grant, reveal_all=reveal_all), None
+        return choose_model(catalog, args.model, caller.grant, reveal_all=signals_on(None)), None
     model = one_model(chosen, args.model)
-    return catalog.models[model], frozenset(library.name for library in chosen if library.embedding_model == model)
+    names = frozenset(library.name for library in chosen if library.embedding_model == model)
+    if signals_on(None) or signals_on(publisher_of(catalog, names)):
+        every = with_held_back(catalog, reach, args.libraries)
+        if signals_on(publisher_of(catalog, frozenset(library.name for library in every))):
+            names = frozenset(library.name for library in every if library.embedding_model == model)
+    return catalog.models[model], names
 
 
 def publisher_of(catalog: Catalog, libraries: frozenset[str] | None) -> str | None:

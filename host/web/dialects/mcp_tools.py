@@ -144,7 +144,7 @@ async def search(
                 1 for index in catalog.models.values() if index.visible_count(caller.access_tags)) > 1:
             raise QueryError("this host serves libraries of several embedding models: name a library "
                              "(the libraries tool lists them)")
-        index, libraries = model_and_libraries(request.scope, catalog, args, caller)
+        index, libraries = model_and_libraries(request.scope, catalog, args, caller, state.access.signals_on)
         body = await answer(state, catalog, index, args, caller, "json", libraries)
     state.metrics.count("polymath_queries_total", format="mcp")
     result = json.loads(body)
