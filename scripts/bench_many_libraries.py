@@ -340,7 +340,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--change", action="store_true", help="also time changes of one library among them")
     parser.add_argument("--replica", action="store_true", help="also publish and sync a fresh replica")
+    parser.add_argument("--replica-only", action="store_true", help="only publish and sync a fresh replica (no rounds)")
     args = parser.parse_args()
+    if args.replica_only:
+        print(f"CPU: {cpu_description()}. Load before: {os.getloadavg()[0]:.2f}.\n")
+        print("| step | time | what |\n|---|---:|---|\n" + "\n".join(replica(args.many)))
+        return 0
     dimension = 384
     asked = questions(36, dimension)
     sides = [Side("one library", args.one), Side("many", args.many)]

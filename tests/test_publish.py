@@ -12,6 +12,7 @@ from components import admin
 from librarian import TEST_MODEL, make_library, segment_folder, unit_vectors, write_library
 
 from access import AccessControl, TokenRejected
+from host.catalog.generations import compiled_as_they_are
 from host.catalog.replica import Replica
 from host.cli import main
 from host.origin.local import FolderOrigin
@@ -64,6 +65,23 @@ def test_objects_are_named_by_their_content_and_uploaded_once(tmp_path: Path, ca
     assert len([key for key in second if key.startswith("manifests/")]) == 2  # each manifest under its history name
     assert main(["publish", str(source), str(destination)]) == 0
     assert "already holds this set" in capsys.readouterr().err
+
+
+def test_publishing_again_reads_only_files_changed_since_they_were_compiled(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = folder_of_libraries(tmp_path / "source", a=1, b=2)
+    destination = tmp_path / "published"
+    assert main(["publish", str(source), str(destination), "--compiled", "--quiet"]) == 0
+    assert compiled_as_they_are(source) == {source / "a.json", source / "b.json"}
+    (source / "b.json").write_text('{"version": 1, "bits": [')  # gone bad since it was compiled
+    assert compiled_as_they_are(source) == {source / "a.json"}
+    capsys.readouterr()
+    assert main(["publish", str(source), str(destination), "--compiled", "--quiet"]) == 1
+    said = capsys.readouterr().err
+    assert f"{source / 'b.json'}: not valid JSON" in said and "nothing was published" in said
+    folder_of_libraries(source, b=3)
+    assert main(["publish", str(source), str(destination), "--compiled", "--quiet"]) == 0
+    assert "~ b.json" in capsys.readouterr().err
 
 
 def test_a_dry_run_lists_what_would_change_and_uploads_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,6 +8,7 @@ is served from there as it is; the files that are new or changed are compiled in
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -98,6 +99,20 @@ def survey(root: Path) -> tuple[list[LibraryFile], list[str]]:
                          access_tag_for(PurePosixPath(name)) if "access/" in name else None,
                          scope_of(name.removesuffix(".json"), scopes) if scopes else "") for name in names]
     return files, sorted(scopes)
+
+
+def compiled_as_they_are(root: Path, cache_dir: Path | None = None) -> set[Path]:
+    """The library files under `root` that the compiled cache's plan serves from their present
+    version (the size and time they were compiled at): they were read and checked then, as `serve`
+    trusts, so `publish` need not read them again."""
+    plan = read_plan(cache_dir or default_cache_dir(root))
+    found = set()
+    for entry in discover(root) if plan else ():
+        where = plan.get(entry.name)
+        with contextlib.suppress(OSError):
+            if where is not None and where.source.matches_stat(entry.path.stat()):
+                found.add(entry.path)
+    return found
 
 
 def describe_problem(problem: Exception) -> str:

@@ -45,10 +45,13 @@ class Publication:
 
 def plan_publication(source: Path, *, catalog: Catalog | None = None, compiled_dir: Path | None = None,
                      access: tuple[Blob, bytes] | None = None,
-                     publishers: dict[str, tuple[Blob, bytes]] | None = None) -> Publication:
+                     publishers: dict[str, tuple[Blob, bytes]] | None = None,
+                     at_origin: Manifest | None = None) -> Publication:
     """The publication of the library files under `source`; with `catalog` (compiled from `source`
     into `compiled_dir`), the segments serving them too; `access`: the access file's blob and bytes;
-    `publishers`: each publisher folder's access file's edge edition, by folder."""
+    `publishers`: each publisher folder's access file's edge edition, by folder. `at_origin`, the set
+    at the origin now, spares hashing the segments it holds already."""
+    before = {segment.name: segment for segment in at_origin.segments} if at_origin else {}
     compiled = {library.source: library for library in catalog.libraries} if catalog else {}
     libraries, files, stats, segments = [], {}, {}, {}
     for entry in discover(source):
@@ -65,7 +68,7 @@ def plan_publication(source: Path, *, catalog: Catalog | None = None, compiled_d
         if library is not None and compiled_dir is not None:
             name = library.segment.name
             if name not in segments:
-                segments[name] = published_segment(compiled_dir / SEGMENTS / name, files)
+                segments[name] = published_segment(compiled_dir / SEGMENTS / name, files, before.get(name))
             published = PublishedLibrary(published.path, blob, published.mtime_ns, name, library.member)
         libraries.append(published)
     bodies = {}
@@ -80,16 +83,22 @@ def plan_publication(source: Path, *, catalog: Catalog | None = None, compiled_d
     return Publication(manifest, files, access[1] if access else None, stats, bodies)
 
 
-def published_segment(folder: Path, files: dict[str, Path]) -> PublishedSegment:
-    """The segment in `folder` as the manifest names it (every visible file; `files` learns where each blob is)."""
+def published_segment(folder: Path, files: dict[str, Path], before: PublishedSegment | None = None) -> PublishedSegment:
+    """The segment in `folder` as the manifest names it (every visible file; `files` learns where each
+    blob is). A segment is written once under a name never used again, so one the origin holds already
+    (`before`: the same files, of the same sizes) is named by the digests published then, not hashed."""
     store_format = json.loads((folder / "meta.json").read_text())["store_format"]
+    paths = [path for path in sorted(folder.iterdir()) if not path.name.startswith(".") and path.is_file()]
+    sizes = {path.name: path.stat().st_size for path in paths}
+    if before is not None and before.store_format == store_format and sizes == {
+            file.name: file.blob.size for file in before.files}:
+        files.update((file.blob.sha256, folder / file.name) for file in before.files)
+        return before
     compiled = []
-    for path in sorted(folder.iterdir()):
-        if path.name.startswith(".") or not path.is_file():
-            continue
+    for path in paths:
         sha256 = file_digest(path)
         files[sha256] = path
-        compiled.append(CompiledFile(path.name, Blob(sha256, path.stat().st_size)))
+        compiled.append(CompiledFile(path.name, Blob(sha256, sizes[path.name])))
     return PublishedSegment(folder.name, int(store_format), tuple(compiled))
 
 

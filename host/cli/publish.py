@@ -31,7 +31,7 @@ from typing import Any
 
 from access.edge import edge_edition
 from access.errors import AccessConfigError
-from host.catalog.generations import default_cache_dir, load_catalog
+from host.catalog.generations import compiled_as_they_are, default_cache_dir, load_catalog
 from host.catalog.publication import Publication, changes, plan_publication, same_content
 from host.catalog.scopes import PUBLISHER_ACCESS_FILE, find_scopes
 from host.cli.common import add_setting_options, parse_duration, say
@@ -123,7 +123,8 @@ def publish_command(args: argparse.Namespace) -> int:
             say(f"error: --sign {problem}")
             return 1
     problems: list[str] = []
-    validate_paths([source], args.max_library_bytes, say=lambda line: problems.append(line))
+    known_good = compiled_as_they_are(source, args.cache_dir)  # checked when they were compiled
+    validate_paths([source], args.max_library_bytes, say=lambda line: problems.append(line), known_good=known_good)
     problems = [line for line in problems if ": ok, " not in line]
     access = None
     if args.issuer_keys == "embed" and args.access is None:
@@ -158,11 +159,11 @@ def publish_command(args: argparse.Namespace) -> int:
         catalog = load_catalog(source, cache_dir=compiled_dir, max_bytes=args.max_library_bytes, progress=say)
         if catalog.problems:
             return refuse(list(catalog.problems))
-    publication = plan_publication(source, catalog=catalog, compiled_dir=compiled_dir, access=access,
-                                   publishers=publishers)
     try:
         origin = open_origin(args.destination)
         before = published_state(origin)
+        publication = plan_publication(source, catalog=catalog, compiled_dir=compiled_dir, access=access,
+                                       publishers=publishers, at_origin=before.manifest if before else None)
         manifest = manifest_to_publish(publication, before, keep_access=args.access is None and not args.no_access)
         status = publish(origin, publication, manifest, before, keys=keys, unsigned=args.unsigned,
                          dry_run=args.dry_run, bar=not args.quiet and sys.stderr.isatty())
