@@ -17,6 +17,19 @@ PROJECT = Path(__file__).resolve().parents[1]
 pytest_plugins = ["browser_support"]  # the browser, tab and open_tab fixtures: real headless Chromium
 
 
+# Files whose tests take longest in all (half a minute to a minute: schemathesis, end-to-end
+# replicas, hostile clients), longest first. The two xdist workers take whole files in collection
+# order (`--no-loadscope-reorder`: xdist would put the files of most tests first, and these, of few
+# long tests, last and alone while the other worker idles), so they start first, beside the short ones.
+LONG_FILES = ("test_schemathesis.py", "test_hostile.py", "test_replicas_s3_e2e.py", "test_embedders_local.py",
+              "test_replicas_trust_e2e.py", "test_replicas_web_e2e.py", "test_browser_page.py", "test_hot_reload.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: place for place, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))  # stable: the rest keep their order
+
+
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     """The real Polymath libraries beside the project; tests using them skip when absent."""
