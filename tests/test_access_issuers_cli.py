@@ -237,6 +237,22 @@ def test_publish_embeds_the_providers_keys_for_replicas_that_cannot_reach_it(
     assert replica.authorize(token).access_tags == {"members"}
 
 
+def test_publish_embeds_the_keys_of_a_publisher_folders_own_providers_too(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    libraries = library_folder(tmp_path / "libraries" / "writers" / "ada", notes=1).parents[1]
+    file = libraries / "writers" / "ada" / "access.SECRET.json"
+    assert run(capsys, "access", "init", "--access", str(file), "--issuer", "https://library.test/p/writers/ada")[0] == 0
+    origin = tmp_path / "origin"
+    with key_server([RSA]) as provider:
+        assert trust(capsys, file, provider.issuer, "--grant", "*:members")[0] == 0
+        publish_now(libraries, origin, "--issuer-keys", "embed")
+        assert f"embedded the keys of {provider.issuer} (kid rsa-1)" in capsys.readouterr().err
+    (scope,) = parse_manifest((origin / "manifest.json").read_bytes(), "manifest").publishers
+    assert scope.folder == "writers/ada"
+    published = json.loads((origin / scope.blob.key).read_text())
+    assert published["trusted_issuers"][0]["jwks"]["keys"][0]["kid"] == "rsa-1"
+
+
 def test_publish_with_embed_refuses_when_a_provider_cannot_be_reached(path: Path, tmp_path: Path,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     with key_server([RSA]) as provider:

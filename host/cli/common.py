@@ -16,8 +16,14 @@ from host.service.settings import Settings
 _TYPES: dict[Any, type] = {int: int, float: float, str: str, Path: Path, Path | None: Path, str | None: str}
 
 
-def add_setting_options(parser: argparse.ArgumentParser, *names: str) -> None:
-    """Add `--field-name` for the named Settings fields (all that have option metadata when none are named)."""
+# `--cache-dir` of the commands that read a local folder (compile, publish): serve's help also
+# speaks of the mirror of a published set, which they never make.
+LOCAL_CACHE_DIR = {"cache_dir": "where the compiled segments are kept (default: <the libraries' folder>/.compiled)"}
+
+
+def add_setting_options(parser: argparse.ArgumentParser, *names: str, helps: dict[str, str] | None = None) -> None:
+    """Add `--field-name` for the named Settings fields (all that have option metadata when none are
+    named); `helps` replaces some fields' help where a command means less by them than `serve` does."""
     hints = typing.get_type_hints(Settings)
     for item in fields(Settings):
         if (names and item.name not in names) or (not names and not item.metadata):
@@ -33,7 +39,7 @@ def add_setting_options(parser: argparse.ArgumentParser, *names: str) -> None:
             default=None if repeatable else default,
             metavar=item.metadata.get("metavar"),
             choices=item.metadata.get("choices"),
-            help=item.metadata["help"].replace("%(default)s", _shown(default)),
+            help=(helps or {}).get(item.name, item.metadata["help"]).replace("%(default)s", _shown(default)),
         )
 
 

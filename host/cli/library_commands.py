@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from host.catalog.generations import default_cache_dir, load_catalog
-from host.cli.common import add_setting_options, say
+from host.cli.common import LOCAL_CACHE_DIR, add_setting_options, say
 from host.cli.validate import validate_command
 
 
@@ -20,7 +20,7 @@ def register(commands: Any) -> None:
             "read as a stream: memory stays well below the size of their vectors, whatever the size of the file. "
             "A compile longer than two seconds shows how far it is. `compile` and `build` are the same command."))
         build.add_argument("paths", nargs="+", type=Path, metavar="PATH")
-        add_setting_options(build, "cache_dir", "max_library_bytes")
+        add_setting_options(build, "cache_dir", "max_library_bytes", helps=LOCAL_CACHE_DIR)
         build.set_defaults(func=build_command)
 
     validate = commands.add_parser("validate", help="check library files", description=(

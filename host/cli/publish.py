@@ -34,7 +34,7 @@ from access.errors import AccessConfigError
 from host.catalog.generations import compiled_as_they_are, default_cache_dir, load_catalog
 from host.catalog.publication import Publication, changes, plan_publication, same_content
 from host.catalog.scopes import PUBLISHER_ACCESS_FILE, find_scopes
-from host.cli.common import add_setting_options, parse_duration, say
+from host.cli.common import LOCAL_CACHE_DIR, add_setting_options, parse_duration, say
 from host.cli.validate import validate_paths
 from host.origin import ObjectMissing, Origin, OriginError, open_origin
 from host.origin.history import history_key, next_published_at
@@ -80,9 +80,10 @@ def register(commands: Any) -> None:
                         help="also publish this access file's edge edition: public keys and revocations only")
     access.add_argument("--no-access", action="store_true", help="remove the access file published before")
     publish.add_argument("--issuer-keys", choices=("fetch", "embed"), default="fetch",
-                         help="with --access: fetch (default): replicas fetch each trusted identity provider's keys "
-                              "themselves; embed: fetch them now and publish them in the edge edition, for replicas "
-                              "that may not reach the provider (publish again to carry the provider's new keys)")
+                         help="fetch (default): replicas fetch each trusted identity provider's keys themselves; "
+                              "embed: fetch them now and publish them in the edge editions (--access FILE's and each "
+                              "publisher folder's), for replicas that may not reach the providers (publish again to "
+                              "carry a provider's new keys)")
     publish.add_argument("--sign", action="append", nargs="?", const=DEFAULT_KEY_FILE, type=Path, metavar="KEY_FILE",
                          help=f"sign the manifest with this publisher key (default {DEFAULT_KEY_FILE}; make one with "
                               "polymath-host publisher-key init); replicas started with --origin-key and its public key "
@@ -102,7 +103,7 @@ def register(commands: Any) -> None:
     publish.add_argument("--dry-run", action="store_true",
                          help="validate and list what would change (and what --prune would delete); change nothing")
     publish.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_setting_options(publish, "cache_dir", "max_library_bytes")
+    add_setting_options(publish, "cache_dir", "max_library_bytes", helps=LOCAL_CACHE_DIR)
     publish.set_defaults(func=publish_command)
 
 
@@ -127,12 +128,15 @@ def publish_command(args: argparse.Namespace) -> int:
     validate_paths([source], args.max_library_bytes, say=lambda line: problems.append(line), known_good=known_good)
     problems = [line for line in problems if ": ok, " not in line]
     access = None
-    if args.issuer_keys == "embed" and args.access is None:
-        say("error: --issuer-keys embed goes with --access FILE (the file whose trusted issuers' keys are embedded)")
+    embed = args.issuer_keys == "embed"
+    scopes = find_scopes(source)
+    if embed and args.access is None and not scopes:
+        say("error: --issuer-keys embed goes with an access file whose trusted issuers' keys are embedded: "
+            "--access FILE, or a publisher folder's own")
         return 1
     if args.access is not None:
         try:
-            body, notes = edge_edition(args.access, embed_issuer_keys=args.issuer_keys == "embed")
+            body, notes = edge_edition(args.access, embed_issuer_keys=embed)
             access = (Blob(hashlib.sha256(body).hexdigest(), len(body)), body)
             for note in notes:
                 say(f"{args.access}: {note}")
@@ -141,10 +145,10 @@ def publish_command(args: argparse.Namespace) -> int:
         except AccessConfigError as problem:
             problems.append(str(problem))
     publishers = {}
-    for folder in find_scopes(source):
+    for folder in scopes:
         path = source / folder / PUBLISHER_ACCESS_FILE
         try:
-            body, notes = edge_edition(path)
+            body, notes = edge_edition(path, embed_issuer_keys=embed)
         except AccessConfigError as problem:
             problems.append(str(problem))
             continue
