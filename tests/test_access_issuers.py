@@ -340,7 +340,7 @@ def test_a_discovery_document_naming_another_issuer_is_refused(provider: KeyServ
     assert provider.count() == 0  # its jwks_uri was never followed
 
 
-@pytest.mark.parametrize("mode", ["garbage", "html", "huge", "error"])
+@pytest.mark.parametrize("mode", ["garbage", "html", "huge", "error", "not_http", "cut"])
 def test_a_failing_provider_leaves_the_last_good_keys_in_force(mode: str, provider: KeyServer, tmp_path: Path,
                                                                caplog: pytest.LogCaptureFixture) -> None:
     clock = Clock()
@@ -355,7 +355,8 @@ def test_a_failing_provider_leaves_the_last_good_keys_in_force(mode: str, provid
             assert rejection(control, RSA.sign(claims_for(provider.issuer), kid=f"new-{n}")) == "unknown key id"
         assert grant_of(control, RSA.sign(claims_for(provider.issuer, "again", groups=["members"]))).access_tags \
             == {"members"}
-    reason = {"garbage": "not_json", "html": "not_json", "huge": "too_large", "error": "http_status"}[mode]
+    reason = {"garbage": "not_json", "html": "not_json", "huge": "too_large", "error": "http_status",
+              "not_http": "unreachable", "cut": "unreachable"}[mode]
     assert set(registry.statuses()[0].failures) == {reason}  # each try failed (refetches and retries alike)
     failures = [record for record in caplog.records  # this provider's: an earlier test's fetch may still end
                 if "could not be fetched" in record.getMessage() and provider.issuer in record.getMessage()]
