@@ -472,3 +472,20 @@ def test_the_verified_token_cache_keeps_the_newest_within_its_bound() -> None:
     assert len({id(grant.access_tags) for grant in grants.values()}) == 1  # one frozenset for them all
     cache.put(bytes([4]) * 32, grants[bytes([4]) * 32], time.time() - 1)  # put again, expired
     assert cache.get(bytes([4]) * 32) is None and len(cache) == 3
+
+
+def test_metrics_name_each_issuers_keys_once_when_two_files_fetch_them_differently(provider: KeyServer,
+                                                                                    tmp_path: Path) -> None:
+    from access.issuer_keys import REGISTRY
+    from host.web.service_endpoints import issuer_key_lines
+
+    by_discovery = control_for(tmp_path, entry(provider.issuer), registry=REGISTRY)
+    other = tmp_path / "other"
+    other.mkdir()
+    by_uri = control_for(other, entry(provider.issuer, jwks_uri=f"{provider.url}/jwks"), registry=REGISTRY)
+    token = RSA.sign(claims_for(provider.issuer, groups=["members"]))
+    assert grant_of(by_discovery, token).access_tags == grant_of(by_uri, token).access_tags == {"members"}
+    series = [line.rsplit(" ", 1)[0] for line in issuer_key_lines() if not line.startswith("#")]
+    ours = [name for name in series if provider.issuer in name]
+    assert len(ours) == 4  # age and fetches, for each way of fetching its keys
+    assert len(series) == len(set(series))  # Prometheus drops a series named twice
