@@ -489,3 +489,28 @@ def test_metrics_name_each_issuers_keys_once_when_two_files_fetch_them_different
     ours = [name for name in series if provider.issuer in name]
     assert len(ours) == 4  # age and fetches, for each way of fetching its keys
     assert len(series) == len(set(series))  # Prometheus drops a series named twice
+
+
+def test_a_provider_serving_many_publishers_has_its_token_verified_by_those_it_is_for(tmp_path: Path) -> None:
+    from host.library.visibility import scoped_tag
+    from host.web.access_rules import AccessRules
+
+    issuer, keys = "https://id.example.com/", {"keys": [RSA.jwk]}
+    folders = [f"writers/w{n:02}" for n in range(40)]
+    for n, folder in enumerate(folders):  # one provider, forty publishers, each its own audience
+        (tmp_path / folder).mkdir(parents=True)
+        file = tmp_path / folder / "access.SECRET.json"
+        file.write_text(json.dumps({**file_with(entry(issuer, audience=f"https://w{n:02}.test", jwks=keys)),
+                                    "issuer": f"https://library.test/{folder}"}))
+        file.chmod(0o600)
+    rules = AccessRules(AccessControl.from_file(None))
+    rules.follow(tmp_path, folders)
+    token = RSA.sign({**claims_for(issuer, "ada", groups=["members"]), "aud": ["https://w07.test", "other"]})
+    assert [folder for folder, _ in rules._candidates(token)] == ["writers/w07"]  # not all forty
+    assert rules.authorize(token) == Grant("ada", frozenset({scoped_tag("writers/w07", "members")}))
+    for refused, reason in [(RSA.sign({**claims_for(issuer), "aud": "https://nobody.test"}), "wrong audience"),
+                            (RSA.sign({**claims_for(issuer, lifetime=-120), "aud": "https://w03.test"}), "expired")]:
+        assert len(rules._candidates(refused)) == 1  # the file it is for, or the first trusting its issuer
+        with pytest.raises(TokenRejected) as caught:
+            rules.authorize(refused)
+        assert caught.value.reason == reason
