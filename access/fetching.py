@@ -6,7 +6,8 @@ costs here:
 - a URL that is not HTTPS: refused before connecting (`insecure_url`), except plain HTTP to a
   loopback address (a provider on the same machine, as in tests); a redirect is followed (at most
   three) only to a URL that passes the same check;
-- unreachable, refused, a TLS failure: `unreachable`; a status other than 200: `http_status`;
+- unreachable, refused, a TLS failure, an answer that is not HTTP or breaks off: `unreachable`; a
+  status other than 200: `http_status`;
 - slow: each read waits at most `READ_TIMEOUT`, and the whole fetch stops at its deadline
   (`timeout`) however slowly the bytes drip;
 - large: a declared `Content-Length` over the limit is refused before reading, and reading stops
@@ -109,6 +110,9 @@ def fetch_json(url: str, *, limit: int = LIMIT_BYTES, deadline: float = DEADLINE
         raise FetchFailed("http_status", f"{url}: answered {error.code}, not 200") from None
     except TimeoutError:
         raise FetchFailed("timeout", f"{url}: no answer within {READ_TIMEOUT:g} s") from None
+    except http.client.HTTPException as error:  # not HTTP at all, a body cut short, a flood of headers
+        raise FetchFailed("unreachable", f"{url}: did not answer as an HTTP server does "
+                                         f"({type(error).__name__})") from None
     except (urllib.error.URLError, OSError, ValueError) as error:
         reason = getattr(error, "reason", error)
         if isinstance(reason, TimeoutError | socket.timeout):

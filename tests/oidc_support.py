@@ -113,7 +113,7 @@ class Behaviour:
     """What the server answers for the key set (and the discovery document)."""
 
     keys: list[dict[str, Any]] = field(default_factory=list)
-    mode: str = "ok"  # ok | slow | garbage | html | huge | error | oct | hang
+    mode: str = "ok"  # ok | slow | garbage | html | huge | error | oct | hang | not_http | cut
     max_age: int | None = 300
     discovery_issuer: str | None = None  # None: the server's own issuer
 
@@ -182,6 +182,16 @@ class KeyServer:
                         pass
                 elif mode == "hang":
                     server._stop.wait(60)
+                elif mode == "not_http":  # another kind of server on the port: no status line at all
+                    self.wfile.write(b"SSH-2.0-OpenSSH_9.6\r\n")
+                    self.close_connection = True
+                elif mode == "cut":  # a chunked answer that breaks off in the middle
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    self.wfile.write(b"40\r\n{\"keys\": [")
+                    self.close_connection = True
                 else:
                     headers = {"Cache-Control": f"max-age={behaviour.max_age}"} if behaviour.max_age is not None else {}
                     self._send(json.dumps({"keys": behaviour.keys}).encode(), extra=headers)

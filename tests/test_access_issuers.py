@@ -340,7 +340,7 @@ def test_a_discovery_document_naming_another_issuer_is_refused(provider: KeyServ
     assert provider.count() == 0  # its jwks_uri was never followed
 
 
-@pytest.mark.parametrize("mode", ["garbage", "html", "huge", "error"])
+@pytest.mark.parametrize("mode", ["garbage", "html", "huge", "error", "not_http", "cut"])
 def test_a_failing_provider_leaves_the_last_good_keys_in_force(mode: str, provider: KeyServer, tmp_path: Path,
                                                                caplog: pytest.LogCaptureFixture) -> None:
     clock = Clock()
@@ -355,7 +355,8 @@ def test_a_failing_provider_leaves_the_last_good_keys_in_force(mode: str, provid
             assert rejection(control, RSA.sign(claims_for(provider.issuer), kid=f"new-{n}")) == "unknown key id"
         assert grant_of(control, RSA.sign(claims_for(provider.issuer, "again", groups=["members"]))).access_tags \
             == {"members"}
-    reason = {"garbage": "not_json", "html": "not_json", "huge": "too_large", "error": "http_status"}[mode]
+    reason = {"garbage": "not_json", "html": "not_json", "huge": "too_large", "error": "http_status",
+              "not_http": "unreachable", "cut": "unreachable"}[mode]
     assert set(registry.statuses()[0].failures) == {reason}  # each try failed (refetches and retries alike)
     failures = [record for record in caplog.records  # this provider's: an earlier test's fetch may still end
                 if "could not be fetched" in record.getMessage() and provider.issuer in record.getMessage()]
@@ -471,3 +472,45 @@ def test_the_verified_token_cache_keeps_the_newest_within_its_bound() -> None:
     assert len({id(grant.access_tags) for grant in grants.values()}) == 1  # one frozenset for them all
     cache.put(bytes([4]) * 32, grants[bytes([4]) * 32], time.time() - 1)  # put again, expired
     assert cache.get(bytes([4]) * 32) is None and len(cache) == 3
+
+
+def test_metrics_name_each_issuers_keys_once_when_two_files_fetch_them_differently(provider: KeyServer,
+                                                                                    tmp_path: Path) -> None:
+    from access.issuer_keys import REGISTRY
+    from host.web.service_endpoints import issuer_key_lines
+
+    by_discovery = control_for(tmp_path, entry(provider.issuer), registry=REGISTRY)
+    other = tmp_path / "other"
+    other.mkdir()
+    by_uri = control_for(other, entry(provider.issuer, jwks_uri=f"{provider.url}/jwks"), registry=REGISTRY)
+    token = RSA.sign(claims_for(provider.issuer, groups=["members"]))
+    assert grant_of(by_discovery, token).access_tags == grant_of(by_uri, token).access_tags == {"members"}
+    series = [line.rsplit(" ", 1)[0] for line in issuer_key_lines() if not line.startswith("#")]
+    ours = [name for name in series if provider.issuer in name]
+    assert len(ours) == 4  # age and fetches, for each way of fetching its keys
+    assert len(series) == len(set(series))  # Prometheus drops a series named twice
+
+
+def test_a_provider_serving_many_publishers_has_its_token_verified_by_those_it_is_for(tmp_path: Path) -> None:
+    from host.library.visibility import scoped_tag
+    from host.web.access_rules import AccessRules
+
+    issuer, keys = "https://id.example.com/", {"keys": [RSA.jwk]}
+    folders = [f"writers/w{n:02}" for n in range(40)]
+    for n, folder in enumerate(folders):  # one provider, forty publishers, each its own audience
+        (tmp_path / folder).mkdir(parents=True)
+        file = tmp_path / folder / "access.SECRET.json"
+        file.write_text(json.dumps({**file_with(entry(issuer, audience=f"https://w{n:02}.test", jwks=keys)),
+                                    "issuer": f"https://library.test/{folder}"}))
+        file.chmod(0o600)
+    rules = AccessRules(AccessControl.from_file(None))
+    rules.follow(tmp_path, folders)
+    token = RSA.sign({**claims_for(issuer, "ada", groups=["members"]), "aud": ["https://w07.test", "other"]})
+    assert [folder for folder, _ in rules._candidates(token)] == ["writers/w07"]  # not all forty
+    assert rules.authorize(token) == Grant("ada", frozenset({scoped_tag("writers/w07", "members")}))
+    for refused, reason in [(RSA.sign({**claims_for(issuer), "aud": "https://nobody.test"}), "wrong audience"),
+                            (RSA.sign({**claims_for(issuer, lifetime=-120), "aud": "https://w03.test"}), "expired")]:
+        assert len(rules._candidates(refused)) == 1  # the file it is for, or the first trusting its issuer
+        with pytest.raises(TokenRejected) as caught:
+            rules.authorize(refused)
+        assert caught.value.reason == reason

@@ -136,6 +136,8 @@ def test_trust_refuses_algorithms_a_provider_must_never_use(algorithms: str, pro
     ({"discovery_issuer": "https://elsewhere.example.com"}, "names the issuer 'https://elsewhere.example.com'"),
     ({"mode": "html"}, "did not answer JSON (an HTML or XML page)"),
     ({"mode": "error"}, "answered 500"),
+    ({"mode": "not_http"}, "did not answer as an HTTP server does (BadStatusLine)"),
+    ({"mode": "cut"}, "did not answer as an HTTP server does (IncompleteRead)"),
     ({"keys": [EC.jwk]}, "verify ES256, none of the algorithms allowed (RS256): add --algorithms ES256"),
 ])
 def test_trust_refuses_a_provider_whose_keys_cannot_be_used(setup: dict[str, Any], problem: str, path: Path,

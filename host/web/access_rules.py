@@ -8,15 +8,19 @@ a publisher's `members` never opens another publisher's `members`. The host's ow
 
 A token is tried against the host's file and against the publishers' files it may belong to: those
 whose issuer is the token's `iss` (each publisher should give its file an issuer of its own: `access
-init --issuer`), or that trust that issuer as an identity provider, and, for an opaque legacy token,
-those that hold legacy tokens. What every file that verifies it grants is joined. A token no file
-verifies is refused with the reason of the file it names (its issuer's), else the host's; one no file
-knows (an unknown opaque token) is anonymous, as the original host had it.
+init --issuer`), or that trust that issuer as an identity provider for an audience the token's `aud`
+names (one provider, Google or a company's Keycloak, may serve many publishers, each with its own
+audience: a token is verified by those it is for, not by every one of them; when it names none, by
+the first, to say why it is refused), and, for an opaque legacy token, those that hold legacy
+tokens. What every file that verifies it grants is joined. A token no file verifies is refused with
+the reason of the file it names (its issuer's), else the host's; one no file knows (an unknown
+opaque token) is anonymous, as the original host had it.
 
 Each file is an `AccessControl`, which follows its own file as it changes (revocations within a
 second); the set of publisher files follows the catalog: `follow` is called with each generation.
-Which files a token may belong to is indexed (by issuer and key id, by trusted issuer) when they
-change, so a host of ten thousand publishers tries one or two files per token, not all of them.
+Which files a token may belong to is indexed (by issuer and key id, by trusted issuer and audience)
+when they change, so a host of ten thousand publishers tries one or two files per token, not all of
+them.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Any
 from access import ANONYMOUS, AccessControl, AccessSettings, Grant, TokenRejected
 from access.config import public_only_settings
 from access.errors import AccessConfigError
-from access.provider_tokens import unverified_header, unverified_issuer
+from access.provider_tokens import unverified_claims, unverified_header, unverified_issuer
 from access.tokens import looks_like_jwt
 from host.catalog.scopes import PUBLISHER_ACCESS_FILE
 from host.library.visibility import scoped_tag
@@ -172,37 +176,45 @@ class AccessRules:
         if not looks_like_jwt(token):
             folders = index.legacy
         else:
-            issuer = unverified_issuer(token)
+            claims = unverified_claims(token) or {}
             try:
                 kid = unverified_header(token).get("kid")
             except TokenRejected:
                 return []
-            folders = [*index.own.get((issuer or "", kid if isinstance(kid, str) else ""), ()),
-                       *index.trusting.get(issuer or "", ())]
+            issuer, aud = claims.get("iss"), claims.get("aud")
+            issuer = issuer if isinstance(issuer, str) else ""
+            audiences = dict.fromkeys(a for a in (aud if isinstance(aud, list) else [aud]) if isinstance(a, str))
+            trusting = [folder for audience in audiences for folder in index.trusting.get((issuer, audience), ())]
+            folders = [*index.own.get((issuer, kid if isinstance(kid, str) else ""), ()),
+                       *(trusting or index.first_trusting.get(issuer, []))]
         return [(folder, publishers[folder]) for folder in dict.fromkeys(folders) if folder in publishers]
 
 
 class _Index:
     """Which publishers' files a token may belong to: by (issuer, key id) of their own keys, by the
-    identity providers they trust, and those holding opaque legacy tokens."""
+    (identity provider, audience) they trust (and the first file trusting each provider, which says
+    why a token for no audience trusted is refused), and those holding opaque legacy tokens."""
 
-    def __init__(self, own: dict[tuple[str, str], list[str]], trusting: dict[str, list[str]], legacy: list[str]) -> None:
-        self.own, self.trusting, self.legacy = own, trusting, legacy
+    def __init__(self, own: dict[tuple[str, str], list[str]], trusting: dict[tuple[str, str], list[str]],
+                 first_trusting: dict[str, list[str]], legacy: list[str]) -> None:
+        self.own, self.trusting, self.first_trusting, self.legacy = own, trusting, first_trusting, legacy
 
     @classmethod
     def of(cls, publishers: dict[str, AccessControl]) -> _Index:
         own: dict[tuple[str, str], list[str]] = {}
-        trusting: dict[str, list[str]] = {}
+        trusting: dict[tuple[str, str], list[str]] = {}
+        first_trusting: dict[str, list[str]] = {}
         legacy = []
         for folder, control in sorted(publishers.items()):
             settings = control.settings
             for key in settings.keys:
                 own.setdefault((settings.issuer, key.kid), []).append(folder)
             for trusted in settings.trusted_issuers:
-                trusting.setdefault(trusted.issuer, []).append(folder)
+                trusting.setdefault((trusted.issuer, trusted.audience), []).append(folder)
+                first_trusting.setdefault(trusted.issuer, [folder])
             if settings.legacy_tokens:
                 legacy.append(folder)
-        return cls(own, trusting, legacy)
+        return cls(own, trusting, first_trusting, legacy)
 
 
 

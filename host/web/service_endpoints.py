@@ -58,7 +58,9 @@ def issuer_key_lines() -> list[str]:
     if not statuses:
         return []
     now = time.time()
-    labelled = [((("issuer", status.issuer),), status) for status in statuses]
+    # One IssuerKeys per (issuer, jwks_uri): two files may trust one issuer, by discovery and by a jwks_uri, and
+    # each series must be named once (`keys` tells them apart).
+    labelled = [((("issuer", status.issuer), ("keys", status.jwks_uri or "discovery")), status) for status in statuses]
     return [*heading("polymath_issuer_keys_age_seconds", "gauge",
                      "Seconds since a trusted issuer's keys were last fetched (-1: never yet)."),
             *(sample("polymath_issuer_keys_age_seconds", labels,
