@@ -134,7 +134,8 @@ def chosen_datasets(body: Mapping[str, Any], visible: Sequence[Dataset],
                     select: Callable[[list[str], str], list[Library]]) -> list[Dataset]:
     """The datasets named, in RAGFlow's order of checks and words: each a dataset's id, or a library's
     or a folder's name (`select`, host/web/library_selection.py `choose`). One the caller may not see
-    is refused exactly as one that does not exist."""
+    is refused exactly as one that does not exist, and so is a library that is no dataset here (every
+    bit of it served by another library first: `visible_datasets`)."""
     if not body.get("dataset_ids"):
         raise RAGFlowError(DATA_ERROR, "`dataset_ids` is required.")
     named = body["dataset_ids"]
@@ -152,9 +153,11 @@ def chosen_datasets(body: Mapping[str, Any], visible: Sequence[Dataset],
         except BadName as problem:
             raise RAGFlowError(ARGUMENT_ERROR, str(problem)) from None
         except NoSuchLibrary:
-            raise RAGFlowError(DATA_ERROR, f"You don't own the dataset {dataset_id:.80}.") from None
-        for library in libraries:
-            dataset = by_name[library.name]
+            libraries = []
+        datasets = [by_name[library.name] for library in libraries if library.name in by_name]
+        if not datasets:
+            raise RAGFlowError(DATA_ERROR, f"You don't own the dataset {dataset_id:.80}.")
+        for dataset in datasets:
             chosen.setdefault(dataset.id, dataset)
     chosen_list = list(chosen.values())
     if len({dataset.index.model for dataset in chosen_list}) > 1:
