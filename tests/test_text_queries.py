@@ -121,11 +121,16 @@ async def test_text_for_a_model_without_an_embedder_is_answered_by_keywords_and_
     write_library(tmp_path / "libraries" / "notes.json", make_library(np.eye(8, dtype=np.float32)[:3]))
     app = create_app(Settings(libraries=tmp_path / "libraries", watch_interval=0), embedders=Embedders())
     async with connect(app) as client:
-        answer = (await client.post("/", json={"query": "word1_4", "count": 3, "count_type": "bit"})).json()
+        asked = {"query": "word1_4", "count": 3, "count_type": "bit"}
+        keyword = (await client.post("/", json={**asked, "mode": "keyword"})).json()  # cached first: the same bits
+        answer = (await client.post("/", json=asked)).json()
+        keyword_again = (await client.post("/", json={**asked, "mode": "keyword"})).json()
 
     assert answer["details"]["notes"] == ["no embedder serves test:unit-8 here: ranked by keywords alone"]
     assert answer["sort"] == "manual" and [bit["info"]["title"] for bit in answer["bits"]] == ["Bit 1"]
     assert "similarity" not in answer["bits"][0] and answer["bits"][0]["score"] > 0
+    assert keyword["bits"] == keyword_again["bits"] == answer["bits"]  # keyword mode, asked for: nothing to say
+    assert "notes" not in keyword["details"] and "notes" not in keyword_again["details"]
 
 
 # ---- a remote embedder that fails ---------------------------------------------------------------------

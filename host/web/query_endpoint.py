@@ -169,8 +169,9 @@ async def answer(
     vector = await query_vector_of(state, index, args, mode)
     if args.query is not None or args.query_embedding is not None:
         # Everything the answer depends on, including the caller's grant: callers with
-        # different access never share an entry.
-        key = (catalog.generation, index.model, b"" if vector is None else vector.tobytes(), args.query, mode,
+        # different access never share an entry. `notes`: keyword mode asked for says nothing, the
+        # default turned keyword (no embedder) says so.
+        key = (catalog.generation, index.model, b"" if vector is None else vector.tobytes(), args.query, mode, notes,
                args.keyword_weight, args.count, args.count_type, args.omit, args.similarity_threshold,
                args.score_threshold, args.constraint,
                libraries, caller.access_tags, form, restricted_count, restricted_message)
