@@ -245,10 +245,10 @@ async def query_vector_of(state: HostState, index: ModelIndex, args: QueryArgs, 
     return random_query(index.dimension)
 
 
-def small(args: QueryArgs, libraries: frozenset[str] | None, index: ModelIndex | None = None) -> bool:
-    """A small budget and no constraint, and no library list unless its libraries are small (`index`
-    given): what every query answered inline has."""
-    if libraries is not None and (index is None or chosen_rows(index, libraries) > INLINE_CHOSEN_ROWS):
+def small(args: QueryArgs, libraries: frozenset[str] | None, index: ModelIndex) -> bool:
+    """A small budget and no constraint, and no library list unless its libraries are small: what
+    every query answered inline has."""
+    if libraries is not None and chosen_rows(index, libraries) > INLINE_CHOSEN_ROWS:
         return False
     return args.constraint is None and args.count <= (INLINE_BITS if args.count_type == "bit" else INLINE_TOKENS)
 
