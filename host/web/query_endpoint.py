@@ -237,12 +237,18 @@ async def query_vector_of(state: HostState, index: ModelIndex, args: QueryArgs, 
     if args.query is not None:
         if mode == "keyword" and args.similarity_threshold is None:
             return None
-        vector = await state.embedders.embed_query(index.model, args.query)
-        if vector.shape != (index.dimension,):
-            raise EmbedderError(f"the embedder of {index.model} gave {vector.shape[-1]} dimensions; "
-                                f"its libraries have {index.dimension}")
-        return vector
+        return await embedded(state, index, args.query)
     return random_query(index.dimension)
+
+
+async def embedded(state: HostState, index: ModelIndex, text: str) -> np.ndarray:
+    """`text` embedded by the embedder of `index`'s model, the same way at every door; EmbedderError
+    (502) when that embedder's vectors do not have the libraries' dimension."""
+    vector = await state.embedders.embed_query(index.model, text)
+    if vector.shape != (index.dimension,):
+        raise EmbedderError(f"the embedder of {index.model} gave {vector.shape[-1]} dimensions; "
+                            f"its libraries have {index.dimension}")
+    return vector
 
 
 def small(args: QueryArgs, libraries: frozenset[str] | None, index: ModelIndex) -> bool:

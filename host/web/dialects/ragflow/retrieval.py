@@ -47,7 +47,6 @@ from host.catalog.libraries import Library
 from host.catalog.selection import BadName
 from host.constraints import And, Compare, ConstraintError, Everything, Node, Or, parse_metadata_condition
 from host.constraints.words import fold, words
-from host.embedders.errors import EmbedderError
 from host.library.json_text import parse_json
 from host.search.engine import Selection
 from host.search.query import Query, run_query
@@ -57,6 +56,7 @@ from host.web.dialects.ragflow.highlight import highlight
 from host.web.dialects.ragflow.view import INFO_KEYS, Dataset, visible_datasets
 from host.web.library_selection import NoSuchLibrary, choose, reach_of
 from host.web.query_args import MAX_QUERY_CHARACTERS
+from host.web.query_endpoint import embedded
 from host.web.responses import cache_headers
 from host.web.state import host_state
 
@@ -105,10 +105,7 @@ async def retrieval(request: Request) -> Response:
     narrowing = document_constraint(chosen, options.document_ids) if options.document_ids \
         else options.metadata_condition
     index = chosen[0].index
-    vector = await state.embedders.embed_query(index.model, question)
-    if vector.shape != (index.dimension,):
-        raise EmbedderError(f"the embedder of {index.model} gave {vector.shape[-1]} dimensions; "
-                            f"its libraries have {index.dimension}")
+    vector = await embedded(state, index, question)
     weight = options.vector_similarity_weight
     query = Query(vector, options.top_k, "bit", constraint=narrowing,
                   libraries=frozenset(dataset.library.name for dataset in chosen), text=question, mode="hybrid",
