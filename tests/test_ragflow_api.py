@@ -226,6 +226,24 @@ async def test_datasets_and_documents_list_what_the_library_holds(client: httpx.
     assert missing == {"code": 102, "message": f"You don't own the dataset {'0' * 32}.", "data": None}
 
 
+async def test_a_library_whose_every_bit_another_serves_is_no_dataset_by_name_or_folder(folder: Path) -> None:
+    """`copies/b` holds `copies/a`'s bits (the same ids): the host serves them as `copies/a`'s, so
+    `copies/b` is no dataset. Named, it is refused as one that does not exist; its folder searches `a`."""
+    copied = [bit(text, f"https://copies.example/{number}") for number, text in enumerate(TEXTS)]
+    for name in ("copies/a", "copies/b"):
+        write_library(folder / f"{name}.json", {"version": 1, "embedding_model": EMBED.model, "bits": copied})
+    async with await connect(folder) as client:
+        listed = [dataset["name"] for dataset in (await client.get("/api/v1/datasets")).json()["data"]]
+        alone = (await client.post("/api/v1/retrieval", json={"dataset_ids": ["copies/b"], "question": "jonah"}))
+        in_folder = (await client.post("/api/v1/retrieval", json={"dataset_ids": ["copies"], "question": "jonah"}))
+
+    assert "copies/a" in listed and "copies/b" not in listed
+    assert alone.status_code == 200
+    assert alone.json() == {"code": 102, "message": "You don't own the dataset copies/b.", "data": None}
+    chunks = in_folder.json()["data"]["chunks"]
+    assert chunks and {chunk["dataset_id"] for chunk in chunks} == {dataset_id("copies/a")}
+
+
 # ---- the envelope on answers other layers make -----------------------------------------------------------
 
 

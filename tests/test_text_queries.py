@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import shutil
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from conftest import PROJECT
 from embedder_fixtures import minilm_cache_dir, minilm_embedder  # noqa: F401 (session fixtures)
 from embedding_service import EmbeddingService, Reply, running_service, unit_vector
 from librarian import b64, make_library, write_library
+from word_embedder import WordEmbedder
 
 from host.embedders.minilm import MODEL as MINILM
 from host.embedders.minilm import MiniLMEmbedder
@@ -121,11 +122,16 @@ async def test_text_for_a_model_without_an_embedder_is_answered_by_keywords_and_
     write_library(tmp_path / "libraries" / "notes.json", make_library(np.eye(8, dtype=np.float32)[:3]))
     app = create_app(Settings(libraries=tmp_path / "libraries", watch_interval=0), embedders=Embedders())
     async with connect(app) as client:
-        answer = (await client.post("/", json={"query": "word1_4", "count": 3, "count_type": "bit"})).json()
+        asked = {"query": "word1_4", "count": 3, "count_type": "bit"}
+        keyword = (await client.post("/", json={**asked, "mode": "keyword"})).json()  # cached first: the same bits
+        answer = (await client.post("/", json=asked)).json()
+        keyword_again = (await client.post("/", json={**asked, "mode": "keyword"})).json()
 
     assert answer["details"]["notes"] == ["no embedder serves test:unit-8 here: ranked by keywords alone"]
     assert answer["sort"] == "manual" and [bit["info"]["title"] for bit in answer["bits"]] == ["Bit 1"]
     assert "similarity" not in answer["bits"][0] and answer["bits"][0]["score"] > 0
+    assert keyword["bits"] == keyword_again["bits"] == answer["bits"]  # keyword mode, asked for: nothing to say
+    assert "notes" not in keyword["details"] and "notes" not in keyword_again["details"]
 
 
 # ---- a remote embedder that fails ---------------------------------------------------------------------
@@ -171,6 +177,32 @@ async def test_a_failing_embedding_service_is_a_clear_502_or_504(
     assert response.status_code == status, response.text
     assert says in response.json()["error"]
     assert "sk-test-secret-key" not in response.text
+
+
+class FiveDimensions(WordEmbedder):
+    """Serves test:unit-8 with vectors of 5 dimensions: a misconfigured embedder."""
+
+    dimension = 5
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.full((len(texts), 5), 1 / np.sqrt(5), np.float32)
+
+
+async def test_an_embedder_of_the_wrong_dimension_is_the_same_one_line_502_at_every_door(tmp_path: Path) -> None:
+    write_library(tmp_path / "libraries" / "notes.json", make_library(np.eye(8, dtype=np.float32)[:3]))
+    app = create_app(Settings(libraries=tmp_path / "libraries", watch_interval=0), embedders=Embedders([FiveDimensions()]))
+    async with connect(app) as client:
+        post = await client.post("/", json={"query": "word1_4"})
+        dify = await client.post("/dify/retrieval", json={"knowledge_id": "notes", "query": "word1_4",
+                                                          "retrieval_setting": {"top_k": 3, "score_threshold": 0}})
+        openai_search = await client.post("/v1/vector_stores/notes/search", json={"query": "word1_4"})
+        ragflow = await client.post("/api/v1/retrieval", json={"question": "word1_4", "dataset_ids": ["notes"]})
+
+    said = "the embedder of test:unit-8 gave 5 dimensions; its libraries have 8"
+    assert (post.status_code, post.json()) == (502, {"error": said})
+    assert (dify.status_code, dify.json()) == (502, {"error_code": 502, "error_msg": said})
+    assert openai_search.status_code == 502 and openai_search.json()["error"]["message"] == said
+    assert ragflow.status_code == 502 and ragflow.json() == {"code": 100, "message": said, "data": None}
 
 
 # ---- POST /v1/embeddings -------------------------------------------------------------------------------

@@ -39,7 +39,6 @@ from host.store.clusters import CLUSTER_FROM
 from host.store.kernels import BUILT as COMPILED_LOOPS
 from host.store.residency import default_populate_bytes
 
-SEARCH_MODES = ("auto", "exact", "approximate")
 Mode = Literal["vector", "keyword", "hybrid"]
 MODES: tuple[Mode, ...] = ("vector", "keyword", "hybrid")
 NO_KEYWORDS = "the query has no keyword (only stop words or punctuation)"

@@ -1,6 +1,7 @@
 """Which libraries a request reaches, for one caller: its `/p/{name}/` prefix and the library names a
 door was given (`POST /`'s `libraries`, RAGFlow's `dataset_ids`, Dify's `knowledge_id`, an OpenAI
-vector store's id, MCP's `library`, the page's `library`), resolved by host/catalog/selection.py.
+vector store's id, MCP's `library`), resolved by host/catalog/selection.py. (The page's `library`
+is one library's page, looked up by its exact name within the reach: host/web/page/data.py.)
 
 - A name selects the library of that name and the libraries in the folder of that name, of those
   the caller may see a bit of. A name that selects none of them is refused exactly as one that

@@ -169,8 +169,9 @@ async def answer(
     vector = await query_vector_of(state, index, args, mode)
     if args.query is not None or args.query_embedding is not None:
         # Everything the answer depends on, including the caller's grant: callers with
-        # different access never share an entry.
-        key = (catalog.generation, index.model, b"" if vector is None else vector.tobytes(), args.query, mode,
+        # different access never share an entry. `notes`: keyword mode asked for says nothing, the
+        # default turned keyword (no embedder) says so.
+        key = (catalog.generation, index.model, b"" if vector is None else vector.tobytes(), args.query, mode, notes,
                args.keyword_weight, args.count, args.count_type, args.omit, args.similarity_threshold,
                args.score_threshold, args.constraint,
                libraries, caller.access_tags, form, restricted_count, restricted_message)
@@ -236,18 +237,24 @@ async def query_vector_of(state: HostState, index: ModelIndex, args: QueryArgs, 
     if args.query is not None:
         if mode == "keyword" and args.similarity_threshold is None:
             return None
-        vector = await state.embedders.embed_query(index.model, args.query)
-        if vector.shape != (index.dimension,):
-            raise EmbedderError(f"the embedder of {index.model} gave {vector.shape[-1]} dimensions; "
-                                f"its libraries have {index.dimension}")
-        return vector
+        return await embedded(state, index, args.query)
     return random_query(index.dimension)
 
 
-def small(args: QueryArgs, libraries: frozenset[str] | None, index: ModelIndex | None = None) -> bool:
-    """A small budget and no constraint, and no library list unless its libraries are small (`index`
-    given): what every query answered inline has."""
-    if libraries is not None and (index is None or chosen_rows(index, libraries) > INLINE_CHOSEN_ROWS):
+async def embedded(state: HostState, index: ModelIndex, text: str) -> np.ndarray:
+    """`text` embedded by the embedder of `index`'s model, the same way at every door; EmbedderError
+    (502) when that embedder's vectors do not have the libraries' dimension."""
+    vector = await state.embedders.embed_query(index.model, text)
+    if vector.shape != (index.dimension,):
+        raise EmbedderError(f"the embedder of {index.model} gave {vector.shape[-1]} dimensions; "
+                            f"its libraries have {index.dimension}")
+    return vector
+
+
+def small(args: QueryArgs, libraries: frozenset[str] | None, index: ModelIndex) -> bool:
+    """A small budget and no constraint, and no library list unless its libraries are small: what
+    every query answered inline has."""
+    if libraries is not None and chosen_rows(index, libraries) > INLINE_CHOSEN_ROWS:
         return False
     return args.constraint is None and args.count <= (INLINE_BITS if args.count_type == "bit" else INLINE_TOKENS)
 

@@ -35,7 +35,6 @@ from starlette.concurrency import run_in_threadpool
 
 from host.catalog.libraries import Library
 from host.constraints import Node
-from host.embedders.errors import EmbedderError
 from host.library.omit import parse_omit
 from host.results.answers import estimated_answer_bytes
 from host.results.bits import result_bit
@@ -44,7 +43,7 @@ from host.search.fusion import DEFAULT_KEYWORD_WEIGHT
 from host.search.query import Mode, Query, choose_model, run_query
 from host.web.caller import Caller
 from host.web.library_selection import one_model
-from host.web.query_endpoint import check_answer_size
+from host.web.query_endpoint import check_answer_size, embedded
 from host.web.state import HostState
 
 WITHOUT_EMBEDDING = parse_omit("embedding")
@@ -71,12 +70,7 @@ async def find_passages(state: HostState, caller: Caller, libraries: Sequence[Li
     index = choose_model(catalog, one_model(libraries), caller.grant)
     if mode is None:
         mode = "hybrid" if index.model in state.embedders else "keyword"
-    vector = None
-    if mode != "keyword":
-        vector = await state.embedders.embed_query(index.model, question)
-        if vector.shape != (index.dimension,):
-            raise EmbedderError(f"the embedder of {index.model} gave {vector.shape[-1]} dimensions; "
-                                f"its libraries have {index.dimension}")
+    vector = None if mode == "keyword" else await embedded(state, index, question)
     query = Query(vector, count, "bit", constraint=constraint, libraries=frozenset(library.name for library in libraries),
                   text=question, mode=mode, keyword_weight=keyword_weight,
                   score_threshold=score_threshold if score_threshold > 0 else None)

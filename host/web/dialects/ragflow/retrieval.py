@@ -47,7 +47,6 @@ from host.catalog.libraries import Library
 from host.catalog.selection import BadName
 from host.constraints import And, Compare, ConstraintError, Everything, Node, Or, parse_metadata_condition
 from host.constraints.words import fold, words
-from host.embedders.errors import EmbedderError
 from host.library.json_text import parse_json
 from host.search.engine import Selection
 from host.search.query import Query, run_query
@@ -57,6 +56,7 @@ from host.web.dialects.ragflow.highlight import highlight
 from host.web.dialects.ragflow.view import INFO_KEYS, Dataset, visible_datasets
 from host.web.library_selection import NoSuchLibrary, choose, reach_of
 from host.web.query_args import MAX_QUERY_CHARACTERS
+from host.web.query_endpoint import embedded
 from host.web.responses import cache_headers
 from host.web.state import host_state
 
@@ -105,10 +105,7 @@ async def retrieval(request: Request) -> Response:
     narrowing = document_constraint(chosen, options.document_ids) if options.document_ids \
         else options.metadata_condition
     index = chosen[0].index
-    vector = await state.embedders.embed_query(index.model, question)
-    if vector.shape != (index.dimension,):
-        raise EmbedderError(f"the embedder of {index.model} gave {vector.shape[-1]} dimensions; "
-                            f"its libraries have {index.dimension}")
+    vector = await embedded(state, index, question)
     weight = options.vector_similarity_weight
     query = Query(vector, options.top_k, "bit", constraint=narrowing,
                   libraries=frozenset(dataset.library.name for dataset in chosen), text=question, mode="hybrid",
@@ -134,7 +131,8 @@ def chosen_datasets(body: Mapping[str, Any], visible: Sequence[Dataset],
                     select: Callable[[list[str], str], list[Library]]) -> list[Dataset]:
     """The datasets named, in RAGFlow's order of checks and words: each a dataset's id, or a library's
     or a folder's name (`select`, host/web/library_selection.py `choose`). One the caller may not see
-    is refused exactly as one that does not exist."""
+    is refused exactly as one that does not exist, and so is a library that is no dataset here (every
+    bit of it served by another library first: `visible_datasets`)."""
     if not body.get("dataset_ids"):
         raise RAGFlowError(DATA_ERROR, "`dataset_ids` is required.")
     named = body["dataset_ids"]
@@ -152,9 +150,11 @@ def chosen_datasets(body: Mapping[str, Any], visible: Sequence[Dataset],
         except BadName as problem:
             raise RAGFlowError(ARGUMENT_ERROR, str(problem)) from None
         except NoSuchLibrary:
-            raise RAGFlowError(DATA_ERROR, f"You don't own the dataset {dataset_id:.80}.") from None
-        for library in libraries:
-            dataset = by_name[library.name]
+            libraries = []
+        datasets = [by_name[library.name] for library in libraries if library.name in by_name]
+        if not datasets:
+            raise RAGFlowError(DATA_ERROR, f"You don't own the dataset {dataset_id:.80}.")
+        for dataset in datasets:
             chosen.setdefault(dataset.id, dataset)
     chosen_list = list(chosen.values())
     if len({dataset.index.model for dataset in chosen_list}) > 1:
