@@ -48,7 +48,7 @@ from host.search.fusion import DEFAULT_KEYWORD_WEIGHT
 from host.web.caller import Caller, request_caller
 from host.web.dialects.openai_errors import OpenAIError
 from host.web.dialects.passages import Passage, find_passages
-from host.web.dialects.ragflow.view import Dataset, document_id, visible_datasets
+from host.web.dialects.ragflow.view import Dataset, dataset_of, document_id, visible_datasets
 from host.web.errors import HTTPError
 from host.web.library_selection import NoSuchLibrary, choose, reach_of
 from host.web.middleware.publisher_prefix import route_path
@@ -151,8 +151,8 @@ async def vector_store_path(request: Request) -> Response:
     caller = openai_caller(request)
     catalog = host_state(request).catalog
     reach = reach_of(request.scope, catalog, caller.access_tags)
-    store = next((store for store in visible_datasets(catalog, caller.access_tags, reach)
-                  if store.library.name == rest), None)
+    library = catalog.library(rest)
+    store = dataset_of(catalog, library, caller.access_tags, reach) if library is not None else None
     if store is None:
         raise not_found(rest)
     return Response(render_json(describe(store)), 200, cache_headers(caller.token, revalidate=True), media_type=JSON)

@@ -33,7 +33,7 @@ question already counts on the keyword side.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -53,7 +53,7 @@ from host.search.query import Query, run_query
 from host.web.caller import request_caller
 from host.web.dialects.ragflow.envelope import ARGUMENT_ERROR, DATA_ERROR, RAGFlowError, ragflow_endpoint, success
 from host.web.dialects.ragflow.highlight import highlight
-from host.web.dialects.ragflow.view import INFO_KEYS, Dataset, visible_datasets
+from host.web.dialects.ragflow.view import INFO_KEYS, Dataset, dataset_of, library_of_dataset_id
 from host.web.library_selection import NoSuchLibrary, choose, reach_of
 from host.web.query_args import MAX_QUERY_CHARACTERS
 from host.web.query_endpoint import embedded
@@ -88,7 +88,8 @@ async def retrieval(request: Request) -> Response:
     body = request_body(await request.body())
     catalog = state.catalog
     reach = reach_of(request.scope, catalog, caller.access_tags)
-    chosen = chosen_datasets(body, visible_datasets(catalog, caller.access_tags, reach),
+    chosen = chosen_datasets(body, partial(library_of_dataset_id, catalog),
+                             partial(dataset_of, catalog, access_tags=caller.access_tags, reach=reach),
                              partial(choose, catalog, caller.access_tags, reach))
     if "question" not in body:
         raise RAGFlowError(DATA_ERROR, "`question` is required.")
@@ -127,23 +128,24 @@ def request_body(raw: bytes) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
-def chosen_datasets(body: Mapping[str, Any], visible: Sequence[Dataset],
+def chosen_datasets(body: Mapping[str, Any], library_of_id: Callable[[str], Library | None],
+                    dataset_of: Callable[[Library], Dataset | None],
                     select: Callable[[list[str], str], list[Library]]) -> list[Dataset]:
-    """The datasets named, in RAGFlow's order of checks and words: each a dataset's id, or a library's
-    or a folder's name (`select`, host/web/library_selection.py `choose`). One the caller may not see
-    is refused exactly as one that does not exist, and so is a library that is no dataset here (every
-    bit of it served by another library first: `visible_datasets`)."""
+    """The datasets named, in RAGFlow's order of checks and words: each a dataset's id (`library_of_id`),
+    or a library's or a folder's name (`select`, host/web/library_selection.py `choose`). One the caller
+    may not see is refused exactly as one that does not exist, and so is a library that is no dataset
+    here (`dataset_of` None: every bit of it served by another library first, or outside the prefix)."""
     if not body.get("dataset_ids"):
         raise RAGFlowError(DATA_ERROR, "`dataset_ids` is required.")
     named = body["dataset_ids"]
     if not isinstance(named, list):
         raise RAGFlowError(DATA_ERROR, "`dataset_ids` should be a list")
-    by_id = {dataset.id: dataset for dataset in visible}
-    by_name = {dataset.library.name: dataset for dataset in visible}
     chosen: dict[str, Dataset] = {}
     for dataset_id in dict.fromkeys(str(item) for item in named):
-        if dataset_id in by_id:
-            chosen.setdefault(dataset_id, by_id[dataset_id])
+        library = library_of_id(dataset_id)
+        dataset = dataset_of(library) if library is not None else None
+        if dataset is not None:
+            chosen.setdefault(dataset_id, dataset)
             continue
         try:
             libraries = select([dataset_id], "dataset id or library name in dataset_ids")
@@ -151,7 +153,7 @@ def chosen_datasets(body: Mapping[str, Any], visible: Sequence[Dataset],
             raise RAGFlowError(ARGUMENT_ERROR, str(problem)) from None
         except NoSuchLibrary:
             libraries = []
-        datasets = [by_name[library.name] for library in libraries if library.name in by_name]
+        datasets = [dataset for library in libraries if (dataset := dataset_of(library)) is not None]
         if not datasets:
             raise RAGFlowError(DATA_ERROR, f"You don't own the dataset {dataset_id:.80}.")
         for dataset in datasets:

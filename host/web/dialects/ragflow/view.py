@@ -41,7 +41,7 @@ def _uuid1_shaped(text: str) -> str:
     return uuid.UUID(bytes=hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()[:16], version=1).hex
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=1 << 16)  # every library of a host of ten thousand, from one generation to the next
 def dataset_id(library_name: str) -> str:
     return _uuid1_shaped(f"polymath-library\n{library_name}")
 
@@ -132,13 +132,32 @@ def visible_datasets(catalog: Catalog, access_tags: frozenset[str], reach: Reach
     """The libraries this caller may see a bit of (within `reach`: a `/p/{name}/` prefix's), in the
     catalog's (name) order. A dataset's rows are looked at only when its chunks or documents are asked
     for: listing ten thousand costs no pass over bits."""
-    found = []
-    for library in catalog.libraries:
-        index = catalog.models.get(library.embedding_model)
-        if index is None or not library.visible_bit_count(access_tags) or (reach is not None and not reach.holds(library.name)):
-            continue
-        [position] = [number for number, segment in enumerate(index.segments) if segment is library.segment]
-        dataset = Dataset(library, index, int(index.offsets[position]), access_tags)
-        if not index.has_duplicates or dataset.chunk_count:  # a library whose every bit another serves first: none
-            found.append(dataset)
-    return found
+    return [dataset for library in catalog.libraries
+            if (dataset := dataset_of(catalog, library, access_tags, reach)) is not None]
+
+
+def dataset_of(catalog: Catalog, library: Library, access_tags: frozenset[str], reach: Reach | None = None
+               ) -> Dataset | None:
+    """`library` as a dataset of this caller's, or None where it is none (see `visible_datasets`)."""
+    index = catalog.models.get(library.embedding_model)
+    if index is None or not library.visible_bit_count(access_tags) or (reach is not None and not reach.holds(library.name)):
+        return None
+    [position] = [number for number, segment in enumerate(index.segments) if segment is library.segment]
+    dataset = Dataset(library, index, int(index.offsets[position]), access_tags)
+    if index.has_duplicates and not dataset.chunk_count:  # a library whose every bit another serves first: none
+        return None
+    return dataset
+
+
+_named_by_id: tuple[Catalog, dict[str, str]] | None = None  # the latest generation's, made once
+
+
+def library_of_dataset_id(catalog: Catalog, id_: str) -> Library | None:
+    """The library whose dataset id is `id_` (whoever may see it): a retrieval naming one dataset
+    among ten thousand looks it up, never lists them all."""
+    global _named_by_id
+    known = _named_by_id
+    if known is None or known[0] is not catalog:
+        known = _named_by_id = (catalog, {dataset_id(library.name): library.name for library in catalog.libraries})
+    name = known[1].get(id_)
+    return catalog.library(name) if name is not None else None
