@@ -299,6 +299,22 @@ def test_a_server_starting_while_a_file_is_broken_serves_its_last_compiled_versi
     assert "mid.json: not valid JSON" in second.log() and "still serving its previous version" in second.log()
 
 
+def test_files_refused_before_the_start_are_no_change_to_the_watcher(
+    run_host: Callable[..., RunningHost], tmp_path: Path
+) -> None:
+    folder = tmp_path / "libraries"
+    good = write_library(folder / "good.json", versioned_library("good", 1))
+    (folder / "broken.json").write_text('{"version": 1, "bits": [')
+    host = run_host(folder, "--watch-interval", "0.2", "--workers", "1")
+    assert "broken.json: not valid JSON" in host.log()
+    time.sleep(1)  # some polls: the broken file, unchanged, must not count as a change
+    write_library(good, versioned_library("good", 2))
+    wait_until(lambda: versions_served(host.url, "good") == {"good version 2"})
+    reloads = [line for line in host.log().splitlines() if "libraries reloaded" in line]
+    assert len(reloads) == 1, reloads  # the one change, not the start's refused file as well
+    assert host.log().count("broken.json: not valid JSON") == 1
+
+
 def test_sighup_reloads_at_once(run_host: Callable[..., RunningHost], tmp_path: Path) -> None:
     folder = tmp_path / "libraries"
     write_library(folder / "hup.json", versioned_library("hup", 1))

@@ -28,7 +28,7 @@ from typing import Protocol
 
 from host.catalog.generations import Catalog, default_cache_dir, load_catalog
 from host.catalog.merging import merge, merge_lock, merges_due, segment_uses
-from host.catalog.plan import PLAN_FILE, Placed, Plan
+from host.catalog.plan import PLAN_FILE, Placed, Plan, read_refused
 from host.catalog.replica import AccessFollower, Replica
 from host.catalog.scopes import PUBLISHER_ACCESS_FILE
 from host.store.compiled import Segment
@@ -143,6 +143,9 @@ class LibraryWatcher:
                                 if path.endswith(PUBLISHER_ACCESS_FILE) or path == plan}
         self._seen.update((str(library.source), (library.source_key.size, library.source_key.mtime_ns))
                           for library in host.catalog.libraries)
+        if not root.is_file():  # the bad files, as they were when refused: unchanged, they are no change
+            self._seen.update((f"{root}/{name}.json", (refused.size, refused.mtime_ns))
+                              for name, refused in read_refused(self.cache).items())
         self._merging: threading.Thread | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
