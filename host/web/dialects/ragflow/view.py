@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import uuid
+import weakref
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -149,7 +150,8 @@ def dataset_of(catalog: Catalog, library: Library, access_tags: frozenset[str], 
     return dataset
 
 
-_named_by_id: tuple[Catalog, dict[str, str]] | None = None  # the latest generation's, made once
+# The latest generation's ids, made once; held weakly: a replaced generation's maps are let go.
+_named_by_id: tuple[weakref.ref[Catalog], dict[str, str]] | None = None
 
 
 def library_of_dataset_id(catalog: Catalog, id_: str) -> Library | None:
@@ -157,7 +159,8 @@ def library_of_dataset_id(catalog: Catalog, id_: str) -> Library | None:
     among ten thousand looks it up, never lists them all."""
     global _named_by_id
     known = _named_by_id
-    if known is None or known[0] is not catalog:
-        known = _named_by_id = (catalog, {dataset_id(library.name): library.name for library in catalog.libraries})
+    if known is None or known[0]() is not catalog:
+        known = _named_by_id = (weakref.ref(catalog),
+                                {dataset_id(library.name): library.name for library in catalog.libraries})
     name = known[1].get(id_)
     return catalog.library(name) if name is not None else None
