@@ -8,6 +8,8 @@ never passes quietly there.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -15,6 +17,8 @@ from pathlib import Path
 from typing import NoReturn
 
 import pytest
+
+import access.cli
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -36,3 +40,12 @@ def admin(*argv: str, cwd: Path = PROJECT) -> str:
                           cwd=cwd, env={**os.environ, "PYTHONPATH": str(PROJECT)})
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
+
+
+def access_cli(*argv: str | Path) -> str:
+    """`polymath-host access|token ...` run in this process; its stdout (the token, for `token issue`)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = access.cli.main([str(arg) for arg in argv])
+    assert code == 0, err.getvalue()
+    return out.getvalue().strip()

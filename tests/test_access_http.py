@@ -19,10 +19,8 @@ A caller without a tag must not be able to tell `bare`, `elsewhere` and `full` a
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import hmac
-import io
 import json
 import secrets
 import subprocess
@@ -37,10 +35,10 @@ import httpx
 import jwt
 import numpy as np
 import pytest
+from components import access_cli
 from librarian import TEST_MODEL, b64, brute_force_ranking, unit_vectors, write_library
 from starlette.applications import Starlette
 
-import access.cli
 from access import AccessControl, files
 from host.service.settings import Settings
 from host.web.app import create_app
@@ -133,27 +131,18 @@ def build_folders(root: Path) -> dict[str, Path]:
 # ---- the admin CLI ----------------------------------------------------------------------------------------
 
 
-def cli(*argv: str | Path) -> str:
-    """Run `polymath-host access|token ...` in-process; its stdout (the token, for `token issue`)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = access.cli.main([str(arg) for arg in argv])
-    assert code == 0, err.getvalue()
-    return out.getvalue().strip()
-
-
 def init_access(path: Path, alg: str = "HS256") -> Path:
-    cli("access", "init", "--access", path, "--issuer", ISSUER, "--alg", alg)
+    access_cli("access", "init", "--access", path, "--issuer", ISSUER, "--alg", alg)
     return path
 
 
 def issue(path: Path, subject: str, *tags: str, expires: str = "1h") -> str:
     tag_args = [arg for tag in tags for arg in ("--tag", tag)]
-    return cli("token", "issue", subject, *tag_args, "--expires", expires, "--access", path)
+    return access_cli("token", "issue", subject, *tag_args, "--expires", expires, "--access", path)
 
 
 def revoke(path: Path, target: str) -> None:
-    cli("token", "revoke", target, "--access", path)
+    access_cli("token", "revoke", target, "--access", path)
 
 
 def add_legacy_tokens(path: Path, tokens: dict[str, dict[str, Any]]) -> None:
@@ -263,7 +252,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     })
     revoke(path, "sam@example.com")
     revoke(path, "mallory")
-    cli("access", "rotate", "--alg", "EdDSA", "--access", path)
+    access_cli("access", "rotate", "--alg", "EdDSA", "--access", path)
     eddsa = access_data(path)["keys"][-1]
     tokens["alpha, signed with EdDSA"] = issue(path, "eve@example.com", "alpha")
     assert jwt.get_unverified_header(tokens["alpha, signed with EdDSA"])["alg"] == "EdDSA"
@@ -881,11 +870,11 @@ async def test_a_token_survives_rotation_until_its_key_is_removed(world: World, 
     before = issue(path, "ann@example.com", "alpha")
     fields = query(QUERIES["alpha file"])
     async with connect(make_app(world.folders["full"], path, check_interval=0)) as client:
-        cli("access", "rotate", "--access", path)
+        access_cli("access", "rotate", "--access", path)
         after = issue(path, "ann@example.com", "alpha")
         old_after_rotation = await ask(client, fields, before)
         new_after_rotation = await ask(client, fields, after)
-        cli("access", "remove-key", old_kid, "--access", path)
+        access_cli("access", "remove-key", old_kid, "--access", path)
         old_after_removal = await ask(client, fields, before)
         new_after_removal = await ask(client, fields, after)
 
@@ -923,7 +912,7 @@ def test_a_running_host_follows_access_file_changes_without_a_restart(world: Wor
     assert kinds(real_query(host.url).json())["alpha"] == 0
 
     # A key and a token the host has never seen, made by the real command in its own process.
-    cli("access", "rotate", "--access", path)
+    access_cli("access", "rotate", "--access", path)
     issued = subprocess.run([sys.executable, "-m", "host", "token", "issue", "zoe@example.com", "--tag", "alpha",
                              "--access", str(path)], capture_output=True, text=True, cwd=PROJECT, check=True)
     token = issued.stdout.strip()

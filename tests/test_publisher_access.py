@@ -10,8 +10,6 @@ tokens; a publisher folder whose access file is broken shows nothing private (fa
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import time
 from collections.abc import Iterator
@@ -20,22 +18,14 @@ from typing import Any
 
 import httpx
 import pytest
+from components import access_cli
 from conftest import RunningHost, start_host, stop_host
 from librarian import TEST_MODEL, b64, make_bit, unit_vectors, write_library
 
-import access.cli
 from host.web.dialects.ragflow.view import dataset_id
 
 VECTORS = unit_vectors(6, seed=36)
 RPC = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-
-
-def cli(*argv: str | Path) -> str:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = access.cli.main([str(arg) for arg in argv])
-    assert code == 0, err.getvalue()
-    return out.getvalue().strip()
 
 
 def library_of(first: int, text: str) -> dict[str, Any]:
@@ -55,11 +45,11 @@ def writers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningH
     tokens = {}
     for writer in ("ada", "bob"):
         file = libraries / "writers" / writer / "access.SECRET.json"
-        cli("access", "init", "--access", file, "--issuer", f"https://library.example/p/writers/{writer}")
-        tokens[writer] = cli("token", "issue", f"reader-of-{writer}", "--tag", "members", "--access", file)
+        access_cli("access", "init", "--access", file, "--issuer", f"https://library.example/p/writers/{writer}")
+        tokens[writer] = access_cli("token", "issue", f"reader-of-{writer}", "--tag", "members", "--access", file)
     operator = root / "access.SECRET.json"
-    cli("access", "init", "--access", operator, "--issuer", "https://library.example")
-    tokens["operator"] = cli("token", "issue", "operator", "--tag", "members", "--access", operator)
+    access_cli("access", "init", "--access", operator, "--issuer", "https://library.example")
+    tokens["operator"] = access_cli("token", "issue", "operator", "--tag", "members", "--access", operator)
     host = start_host(libraries, "--access", str(operator), "--watch-interval", "0.2")
     yield host, tokens, libraries
     stop_host(host)
@@ -125,9 +115,9 @@ def test_another_publishers_library_is_not_there_for_a_token_on_every_door(
 def test_a_publisher_revokes_their_own_readers(writers: tuple[RunningHost, dict[str, str], Path]) -> None:
     host, tokens, libraries = writers
     file = libraries / "writers" / "bob" / "access.SECRET.json"
-    late = cli("token", "issue", "late-reader", "--tag", "members", "--access", file)
+    late = access_cli("token", "issue", "late-reader", "--tag", "members", "--access", file)
     assert "bob members" in texts(ask(host, late))
-    cli("token", "revoke", "late-reader", "--access", file)
+    access_cli("token", "revoke", "late-reader", "--access", file)
     deadline = time.monotonic() + 10
     while ask(host, late).status_code != 401 and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -140,8 +130,8 @@ def test_a_token_signed_by_no_file_of_its_issuer_is_refused_with_that_files_reas
         writers: tuple[RunningHost, dict[str, str], Path], tmp_path: Path) -> None:
     host, _, _ = writers
     impostor = tmp_path / "access.SECRET.json"
-    cli("access", "init", "--access", impostor, "--issuer", "https://library.example/p/writers/ada")
-    forged = cli("token", "issue", "mallory", "--tag", "members", "--access", impostor)
+    access_cli("access", "init", "--access", impostor, "--issuer", "https://library.example/p/writers/ada")
+    forged = access_cli("token", "issue", "mallory", "--tag", "members", "--access", impostor)
     refused = ask(host, forged)
     assert refused.status_code == 401
     assert "ada members" not in refused.text
@@ -153,8 +143,8 @@ def test_a_broken_publisher_access_file_hides_that_folders_private_libraries(tmp
     write_library(libraries / "carol" / "posts.json", library_of(2, "carol public"))
     (libraries / "carol" / "access.SECRET.json").write_text('{"keys": [}')
     operator = tmp_path / "access.SECRET.json"
-    cli("access", "init", "--access", operator)
-    token = cli("token", "issue", "someone", "--tag", "members", "--access", operator)
+    access_cli("access", "init", "--access", operator)
+    token = access_cli("token", "issue", "someone", "--tag", "members", "--access", operator)
     host = start_host(libraries, "--access", str(operator))
     try:
         assert texts(ask(host, None)) == {"carol public"}
@@ -170,13 +160,13 @@ def test_a_publishers_restricted_signals_count_what_their_folder_holds_back(tmp_
     write_library(libraries / "carol" / "access" / "members" / "notes.json", library_of(2, "carol members"))
     write_library(libraries / "dave" / "access" / "members" / "notes.json", library_of(4, "dave members"))
     carols = libraries / "carol" / "access.SECRET.json"
-    cli("access", "init", "--access", carols, "--issuer", "https://library.example/p/carol")
+    access_cli("access", "init", "--access", carols, "--issuer", "https://library.example/p/carol")
     settings = json.loads(carols.read_text())
     settings["restricted"] = {"count": True, "message": "Subscribe to read Carol's notes."}
     carols.write_text(json.dumps(settings))
-    member = cli("token", "issue", "reader", "--tag", "members", "--access", carols)
+    member = access_cli("token", "issue", "reader", "--tag", "members", "--access", carols)
     operator = tmp_path / "access.SECRET.json"
-    cli("access", "init", "--access", operator)
+    access_cli("access", "init", "--access", operator)
     host = start_host(libraries, "--access", str(operator))
     try:
         for path, fields in [("/p/carol/", {}), ("/", {"libraries": "carol"}), ("/", {"libraries": ["carol/posts"]})]:
