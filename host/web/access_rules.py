@@ -217,7 +217,6 @@ class _Index:
         return cls(own, trusting, first_trusting, legacy)
 
 
-
 def _publisher_rules(path: Path) -> AccessControl:
     """A publisher folder's access file; one that cannot be read is public-only (fail closed) until
     it is mended, said once in the log."""

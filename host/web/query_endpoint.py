@@ -117,14 +117,14 @@ def model_and_libraries(scope: Scope, catalog: Catalog, args: QueryArgs, caller:
         return choose_model(catalog, args.model, caller.grant, reveal_all=signals_on(None)), None
     model = one_model(chosen, args.model)
     names = frozenset(library.name for library in chosen if library.embedding_model == model)
-    if signals_on(None) or signals_on(publisher_of(catalog, names)):
+    if signals_on(None) or signals_on(access_scope_of(catalog, names)):
         every = with_held_back(catalog, reach, args.libraries)
-        if signals_on(publisher_of(catalog, frozenset(library.name for library in every))):
+        if signals_on(access_scope_of(catalog, frozenset(library.name for library in every))):
             names = frozenset(library.name for library in every if library.embedding_model == model)
     return catalog.models[model], names
 
 
-def publisher_of(catalog: Catalog, libraries: frozenset[str] | None) -> str | None:
+def access_scope_of(catalog: Catalog, libraries: frozenset[str] | None) -> str | None:
     """The publisher folder holding every library of an answer narrowed to `libraries`, if one does
     (its access file's `restricted` signals are then the answer's: host/web/access_rules.py)."""
     if not libraries:
@@ -160,7 +160,7 @@ async def answer(
     `libraries` narrows the answer to those libraries (the MCP tool's `library`). With
     `stream_large`, a JSON answer of more than STREAM_FROM_BYTES comes as pieces rendered as they
     are sent (and is not cached): a client reading slowly then holds a few bits, not the answer."""
-    restricted_count, restricted_message = state.access.restricted_for(publisher_of(catalog, libraries))
+    restricted_count, restricted_message = state.access.restricted_for(access_scope_of(catalog, libraries))
     key = None  # a random sample is different every time: never cached
     mode: Mode = args.effective_mode
     notes: tuple[str, ...] = ()
